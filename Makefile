@@ -1,0 +1,41 @@
+# deskfarm: `make run` serves a farm on localhost, `make test` runs the whole suite.
+# Both install what is missing first (scripts/setup-host.sh, idempotent).
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+export GOFLAGS ?= -mod=mod
+
+BIN      := bin/deskfarm
+LISTEN   ?= 127.0.0.1:8080
+IMAGES   ?= desktop
+GO_TEST_TIMEOUT ?= 75m
+
+.PHONY: run test setup build images unit e2e vet bench clean
+
+run: setup build
+	$(BIN) image build $(IMAGES)
+	$(BIN) serve --listen $(LISTEN) --warm $(firstword $(IMAGES))
+
+test: setup build vet unit
+	$(BIN) image build tiny desktop
+	DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 -run 'E2E' ./...
+	scripts/check-leftovers.sh
+
+setup:
+	@scripts/setup-host.sh
+
+build:
+	go build -o $(BIN) ./cmd/deskfarm
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	go vet ./...
+
+unit:
+	go test -count=1 -skip 'E2E' ./...
+
+bench: setup build
+	$(BIN) image build desktop tiny
+	go run ./bench/reset
+
+clean:
+	rm -rf bin

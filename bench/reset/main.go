@@ -1,0 +1,114 @@
+// Command reset measures, in one run on one host, how long deskfarm takes to
+// return a VM to its ready state, next to libvirt's own snapshot revert on the
+// same VM, plus the cold boot to ready. It prints a Markdown table.
+//
+//	go run ./bench/reset [-image desktop] [-n 20] [-libvirt-n 5] [-memory 1024]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+
+	"github.com/deskfarm/deskfarm/images"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+func main() {
+	image := flag.String("image", "desktop", "image to measure")
+	n := flag.Int("n", 20, "deskfarm resets to time")
+	ln := flag.Int("libvirt-n", 5, "libvirt snapshot reverts to time (each restarts QEMU)")
+	mem := flag.Int("memory", 1024, "guest memory in MiB")
+	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
+	flag.Parse()
+	if err := run(*image, *n, *ln, *mem, *vcpus); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/reset:", err)
+		os.Exit(1)
+	}
+}
+
+func run(image string, n, ln, mem, vcpus int) error {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := vmm.New(ctx, vmm.Config{StateDir: "/var/lib/deskfarm-bench", Images: vmm.StoreImages{Store: &images.Store{}}, Log: log})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+
+	t0 := time.Now()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: image, MemoryMiB: mem, VCPUs: vcpus})
+	if err != nil {
+		return err
+	}
+	boot := time.Since(t0)
+	defer m.Destroy(ctx, vm.ID)
+	fmt.Fprintf(os.Stderr, "vm %s ready in %s; timing %d resets\n", vm.ID, boot.Round(time.Millisecond), n)
+
+	var ours []time.Duration
+	for i := 0; i < n; i++ {
+		// Dirty the guest a little between resets, as an episode would.
+		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"sh", "-c", "dd if=/dev/urandom of=/tmp/dirty bs=1M count=16 2>/dev/null"}}); err != nil {
+			return err
+		}
+		r, err := m.Reset(ctx, vm.ID)
+		if err != nil {
+			return err
+		}
+		ours = append(ours, r.Duration)
+	}
+
+	// Baseline: libvirt's own internal snapshot of the same running VM.
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(vmm.DefaultLibvirtSocket)))
+	if err := l.Connect(); err != nil {
+		return err
+	}
+	defer l.Disconnect()
+	dom, err := l.DomainLookupByName(vm.Domain)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "creating libvirt snapshot, timing %d reverts\n", ln)
+	t0 = time.Now()
+	snap, err := l.DomainSnapshotCreateXML(dom, "<domainsnapshot><name>bench</name></domainsnapshot>", 0)
+	if err != nil {
+		return fmt.Errorf("libvirt snapshot create: %w", err)
+	}
+	snapCreate := time.Since(t0)
+	var theirs []time.Duration
+	for i := 0; i < ln; i++ {
+		t0 := time.Now()
+		if err := l.DomainRevertToSnapshot(snap, 0); err != nil {
+			return fmt.Errorf("libvirt revert: %w", err)
+		}
+		theirs = append(theirs, time.Since(t0))
+	}
+	_ = l.DomainSnapshotDelete(snap, libvirt.DomainSnapshotDeleteMetadataOnly)
+
+	fmt.Printf("| measure (%s image, %d MiB, %d vCPU, %s) | n | median | p95 | ratio |\n|---|---|---|---|---|\n", image, mem, vcpus, vm.Accel)
+	fmt.Printf("| deskfarm reset (QEMU loadvm + clock set) | %d | %s | %s | 1.0x |\n", len(ours), ms(pct(ours, 50)), ms(pct(ours, 95)))
+	fmt.Printf("| libvirt snapshot revert (same VM) | %d | %s | %s | %.1fx slower |\n", len(theirs), ms(pct(theirs, 50)), ms(pct(theirs, 95)),
+		float64(pct(theirs, 50))/float64(pct(ours, 50)))
+	fmt.Printf("| libvirt snapshot create (once) | 1 | %s | | |\n", ms(snapCreate))
+	fmt.Printf("| cold boot to ready (define, boot, session, agent, savevm) | 1 | %s | | |\n", ms(boot))
+	return nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }

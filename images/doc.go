@@ -1,0 +1,19 @@
+// Package images builds and caches deskfarm's guest images.
+//
+// A recipe is a directory under recipes/ (embedded in the binary) holding a
+// build.sh and the files it needs. Running
+//
+//	bash build.sh OUTDIR
+//
+// with the current directory a scratch work dir and DESKFARM_RECIPE_DIR,
+// DESKFARM_MIRROR (plus recipe-specific variables) in the environment writes
+// disk.qcow2, vmlinuz, initrd.img and cmdline into OUTDIR, printing
+// "::step N/M description" before each major step.
+//
+// Builds are cached in CacheDir/images/<name>-<hash12>/, where the hash is a
+// SHA-256 over the recipe's files (and, for the tiny recipe, over its init
+// binary built from this module's source). A build runs in a temporary
+// directory beside the cache entry and is renamed into place only when it
+// succeeded; the entry's files are read-only because QEMU uses disk.qcow2
+// as the backing file of every VM's overlay.
+package images

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# build.sh OUTDIR builds deskfarm's "desktop" image: Debian bookworm with a
+# light LXDE-style session (Xorg on bochs-drm, openbox, lxpanel, pcmanfm,
+# lxterminal, mousepad), user "user" logged in automatically, the QEMU guest
+# agent, and a readiness signal on the virtio-serial port
+# org.deskfarm.session.0 once the panel is drawn.
+#
+# It writes into OUTDIR:
+#   disk.qcow2  whole-disk ext4 (no partition table, root=/dev/vda), 6 GiB virtual
+#   vmlinuz     Debian's regular linux-image-amd64 kernel
+#   initrd.img  a small initramfs (virtio_pci, virtio_blk, ext4 and their deps)
+#   cmdline     the kernel command line base; the VM layer appends
+#               " video=WxH deskfarm.screen=WxH"
+#
+# Run by deskfarm's image builder (package images) as root, with the current
+# directory a scratch work dir and:
+#   DESKFARM_RECIPE_DIR       this recipe's files
+#   DESKFARM_MIRROR           Debian mirror (default http://deb.debian.org/debian)
+#   DESKFARM_SECURITY_MIRROR  Debian security mirror (default
+#                             http://deb.debian.org/debian-security; empty: none)
+# It prints "::step N/M description" before each major step.
+set -euo pipefail
+
+out=${1:?usage: build.sh OUTDIR}
+recipe=${DESKFARM_RECIPE_DIR:?DESKFARM_RECIPE_DIR is not set}
+mirror=${DESKFARM_MIRROR:-http://deb.debian.org/debian}
+security=${DESKFARM_SECURITY_MIRROR-http://deb.debian.org/debian-security}
+suite=bookworm
+work=$PWD
+root=$work/rootfs
+steps=6
+
+step() { echo "::step $1/$steps $2"; }
+
+# The desktop package set; --no-install-recommends keeps it to what these need.
+packages=(
+	# boot and system
+	linux-image-amd64 initramfs-tools systemd-sysv udev kmod dbus libpam-systemd
+	qemu-guest-agent sudo procps less python3
+	# X
+	xserver-xorg-core xserver-xorg-input-libinput xinit xauth x11-xserver-utils xcvt
+	xdotool dbus-x11 fonts-dejavu-core librsvg2-common
+	# the session
+	openbox lxpanel pcmanfm lxterminal mousepad
+)
+
+# Units that would slow boot or do background work nobody needs in a
+# short-lived VM without network.
+masked_units=(
+	apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer
+	e2scrub_all.timer e2scrub_reap.service fstrim.timer man-db.timer
+	systemd-networkd-wait-online.service systemd-networkd.service
+	systemd-timesyncd.service keyboard-setup.service console-setup.service
+	# The image is built with current caches; these would rebuild them on
+	# first boot because /usr looks newer than /etc/.updated.
+	ldconfig.service systemd-hwdb-update.service systemd-update-done.service
+	# getty on the serial console (console=ttyS0 is for logs only).
+	serial-getty@ttyS0.service
+)
+
+# Kernel driver trees for hardware a QEMU desktop VM never has (about
+# 150 MB); depmod runs afterwards.
+pruned_modules=(
+	drivers/gpu/drm/amd drivers/gpu/drm/radeon drivers/gpu/drm/nouveau
+	drivers/gpu/drm/i915 drivers/net/wireless drivers/media
+	drivers/infiniband drivers/staging
+)
+
+# in_root CMD... runs CMD in the rootfs with a clean environment.
+in_root() {
+	chroot "$root" /usr/bin/env -i \
+		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
+}
+
+mounts=()
+mount_fs() { # mount_fs TYPE DIR [OPTIONS]
+	mount -t "$1" ${3:+-o "$3"} "$1" "$2"
+	mounts+=("$2")
+}
+
+unmount_all() {
+	local i
+	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+		if mountpoint -q "${mounts[i]}"; then
+			umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}"
+		fi
+	done
+	mounts=()
+}
+
+trap unmount_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Installs a recipe file into the rootfs: put MODE SRC DEST.
+put() {
+	install -D -m "$1" "$recipe/$2" "$root$3"
+}
+
+step 1 "debootstrap $suite (minbase)"
+mkdir -p "$root"
+debootstrap --variant=minbase --components=main "$suite" "$root" "$mirror"
+
+step 2 "install desktop packages"
+mount_fs proc "$root/proc"
+mount_fs sysfs "$root/sys"
+mkdir -p "$root/dev/pts"
+mount_fs devpts "$root/dev/pts" newinstance,ptmxmode=0666
+{
+	echo "deb $mirror $suite main"
+	echo "deb $mirror $suite-updates main"
+	if [ -n "$security" ]; then
+		echo "deb $security $suite-security main"
+	fi
+} >"$root/etc/apt/sources.list"
+cat >"$root/etc/apt/apt.conf.d/90deskfarm" <<'EOF'
+APT::Install-Recommends "false";
+APT::Install-Suggests "false";
+Acquire::Languages "none";
+EOF
+put 0644 dpkg-nodoc /etc/dpkg/dpkg.cfg.d/deskfarm-nodoc
+# No daemons start in the chroot.
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 0755 "$root/usr/sbin/policy-rc.d"
+# Before the kernel package: its postinst builds the initramfs with these.
+put 0644 initramfs.conf /etc/initramfs-tools/conf.d/deskfarm
+put 0755 initramfs-hook /etc/initramfs-tools/hooks/deskfarm
+in_root apt-get -q update
+in_root apt-get -q -y -o Dpkg::Use-Pty=0 install "${packages[@]}"
+
+step 3 "configure system and session"
+echo deskfarm >"$root/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\tdeskfarm\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+printf '/dev/vda\t/\text4\trw,noatime\t0\t0\n' >"$root/etc/fstab"
+echo 'LANG=C.UTF-8' >"$root/etc/default/locale"
+rm -f "$root/etc/resolv.conf" # no network in the guest
+in_root useradd --create-home --shell /bin/bash --groups sudo,video,input,audio user
+echo 'user:user' | in_root chpasswd
+
+put 0644 autologin.conf /etc/systemd/system/getty@tty1.service.d/autologin.conf
+put 0644 systemd.conf /etc/systemd/system.conf.d/deskfarm.conf
+put 0644 journald.conf /etc/systemd/journald.conf.d/deskfarm.conf
+put 0644 99-deskfarm.rules /etc/udev/rules.d/99-deskfarm.rules
+put 0644 xorg.conf /etc/X11/xorg.conf.d/10-deskfarm.conf
+put 0755 deskfarm-session /usr/local/bin/deskfarm-session
+put 0755 deskfarm-autostart /usr/local/bin/deskfarm-autostart
+put 0755 deskfarm-screen /usr/local/bin/deskfarm-screen
+
+home=/home/user
+put 0644 bash_profile $home/.bash_profile
+put 0644 xinitrc $home/.xinitrc
+put 0644 rc.xml $home/.config/openbox/rc.xml
+put 0644 menu.xml $home/.config/openbox/menu.xml
+put 0644 panel $home/.config/lxpanel/deskfarm/panels/panel
+put 0644 lxpanel.conf $home/.config/lxpanel/deskfarm/config
+put 0644 pcmanfm.conf $home/.config/pcmanfm/deskfarm/pcmanfm.conf
+put 0644 desktop-items-0.conf $home/.config/pcmanfm/deskfarm/desktop-items-0.conf
+put 0644 libfm.conf $home/.config/libfm/libfm.conf
+mkdir -p "$root$home/Desktop"
+in_root chown -R user:user $home
+
+in_root systemctl mask "${masked_units[@]}"
+in_root systemctl set-default multi-user.target
+
+# The kernel's postinst built the initramfs with the hook above; check it.
+kver=$(basename "$(ls -d "$root"/lib/modules/*)")
+initrd_files=$(in_root lsinitramfs "/boot/initrd.img-$kver")
+for m in virtio_pci virtio_blk ext4; do
+	if ! grep -q "/$m.ko" <<<"$initrd_files"; then
+		echo "build.sh: initramfs lacks $m" >&2
+		exit 1
+	fi
+done
+
+step 4 "clean up the root file system"
+for d in "${pruned_modules[@]}"; do
+	rm -rf "$root/lib/modules/$kver/kernel/$d"
+done
+in_root depmod -a "$kver"
+rm -f "$root/usr/sbin/policy-rc.d"
+in_root apt-get clean
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+	"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
+	"$root"/var/log/apt/* "$root"/tmp/* "$root"/var/tmp/* \
+	"$root"/usr/share/man "$root"/usr/share/info "$root"/usr/share/lintian
+# What debootstrap unpacked before dpkg-nodoc was in place.
+find "$root/usr/share/doc" -type f ! -name copyright -delete
+find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+find "$root/var/log" -type f -exec truncate -s 0 {} +
+unmount_all
+
+step 5 "make the ext4 file system"
+rm -f "$work/disk.raw"
+truncate -s 6G "$work/disk.raw"
+# Initialise inode tables and journal now: otherwise the guest kernel does
+# it in the background on every first boot, writing into each VM's overlay.
+mkfs.ext4 -q -F -L deskfarm-root -d "$root" \
+	-E lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0 "$work/disk.raw"
+
+step 6 "convert to qcow2, copy kernel and initrd"
+qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$out/disk.qcow2"
+rm -f "$work/disk.raw"
+cp "$root/boot/vmlinuz-$kver" "$out/vmlinuz"
+cp "$root/boot/initrd.img-$kver" "$out/initrd.img"
+# console=ttyS0: boot messages for whoever logs the serial port. Under TCG
+# the CPU does not speculate, so the mitigations only cost time.
+echo "root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=3 mitigations=off" >"$out/cmdline"
+echo "built $suite desktop image: kernel $kver, $(du -sh "$out/disk.qcow2" | cut -f1) qcow2"

@@ -1,0 +1,77 @@
+// Package testenv gates and sets up tests that need a real libvirtd, QEMU and
+// built guest images. Such a test skips with its reason on a bare developer
+// machine, and fails instead when DESKFARM_REQUIRE_VM or CI is set: in CI a
+// skipped VM test is a failure.
+package testenv
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/deskfarm/deskfarm/images"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// StateDir is where test VMs live; apart from a serving farm's /var/lib/deskfarm
+// so tests never adopt or remove a user's VMs.
+const StateDir = "/var/lib/deskfarm-test"
+
+// Required reports whether VM tests must run rather than skip.
+func Required() bool {
+	return os.Getenv("DESKFARM_REQUIRE_VM") != "" || os.Getenv("CI") != ""
+}
+
+// Unavailable skips or fails t with why.
+func Unavailable(t testing.TB, why string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("VM test cannot run: %s (DESKFARM_REQUIRE_VM/CI set, so this is a failure; run `make test`)", why)
+	}
+	t.Skipf("VM test skipped: %s (run `make test`)", why)
+}
+
+// RequireVM checks libvirtd and the named images are there.
+func RequireVM(t testing.TB, imageNames ...string) *images.Store {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(t, "needs root")
+	}
+	if _, err := os.Stat(vmm.DefaultLibvirtSocket); err != nil {
+		Unavailable(t, "libvirtd socket: "+err.Error())
+	}
+	st := &images.Store{}
+	for _, n := range imageNames {
+		if _, err := st.Get(n); err != nil {
+			Unavailable(t, "image "+n+": "+err.Error())
+		}
+	}
+	return st
+}
+
+// Manager returns a real vmm.Manager on StateDir. On cleanup it destroys
+// every VM still there, so a failing test leaves nothing behind.
+func Manager(t testing.TB, imageNames ...string) *vmm.Manager {
+	t.Helper()
+	st := RequireVM(t, imageNames...)
+	m, err := vmm.New(context.Background(), vmm.Config{StateDir: StateDir, Images: vmm.StoreImages{Store: st},
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatalf("vmm.New: %v", err)
+	}
+	t.Cleanup(func() { Cleanup(t, m) })
+	return m
+}
+
+// Cleanup destroys every VM m knows and closes it.
+func Cleanup(t testing.TB, m *vmm.Manager) {
+	t.Helper()
+	vms, _ := m.List(context.Background())
+	for _, v := range vms {
+		if err := m.Destroy(context.Background(), v.ID); err != nil {
+			t.Errorf("cleanup: destroy %s: %v", v.ID, err)
+		}
+	}
+	m.Close()
+}

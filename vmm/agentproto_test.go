@@ -1,0 +1,55 @@
+package vmm
+
+import (
+	"errors"
+	"testing"
+)
+
+// Replies captured from qemu-ga 7.2 (Debian bookworm) through
+// `virsh qemu-agent-command`.
+const (
+	capturedExecStatus = `{"return":{"exitcode":3,"out-data":"aGVsbG8K","err-data":"b29wcwo=","exited":true}}`
+	capturedRunning    = `{"return":{"exited":false}}`
+	capturedFileRead   = `{"return":{"count":5,"buf-b64":"aGVsbG8=","eof":true}}`
+	capturedError      = `{"error":{"class":"GenericError","desc":"failed to open file '/nope': No such file or directory"}}`
+)
+
+func TestDecodeAgentReply(t *testing.T) {
+	var st execStatus
+	if err := decodeAgentReply(capturedExecStatus, &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Exited || st.ExitCode == nil || *st.ExitCode != 3 || string(st.OutData) != "hello\n" || string(st.ErrData) != "oops\n" {
+		t.Fatalf("exec status: %+v", st)
+	}
+	st = execStatus{}
+	if err := decodeAgentReply(capturedRunning, &st); err != nil || st.Exited {
+		t.Fatalf("running: %+v %v", st, err)
+	}
+	var fr fileRead
+	if err := decodeAgentReply(capturedFileRead, &fr); err != nil || string(fr.Data) != "hello" || !fr.EOF {
+		t.Fatalf("file read: %+v %v", fr, err)
+	}
+	err := decodeAgentReply(capturedError, nil)
+	var ae *agentError
+	if !errors.As(err, &ae) || ae.Class != "GenericError" {
+		t.Fatalf("error reply: %v", err)
+	}
+	if err := decodeAgentReply(`{"return":`, nil); err == nil {
+		t.Fatal("truncated reply accepted")
+	}
+}
+
+func TestEncodeAgentCommand(t *testing.T) {
+	s, err := encodeAgentCommand("guest-exec", map[string]any{"path": "echo", "arg": []string{"a b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != `{"execute":"guest-exec","arguments":{"arg":["a b"],"path":"echo"}}` {
+		t.Fatal(s)
+	}
+	s, _ = encodeAgentCommand("guest-ping", nil)
+	if s != `{"execute":"guest-ping"}` {
+		t.Fatal(s)
+	}
+}

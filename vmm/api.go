@@ -1,0 +1,107 @@
+package vmm
+
+import (
+	"context"
+	"time"
+)
+
+// State is a VM's lifecycle state as deskfarm sees it.
+type State string
+
+// VM states.
+const (
+	StateCreating State = "creating" // lifecycle steps in progress
+	StateReady    State = "ready"    // running, at or after its ready snapshot
+	StateBroken   State = "broken"   // domain exists but is not usable (QEMU died, reset failed)
+)
+
+// CreateOptions says what VM to make. Zero values take the documented defaults.
+type CreateOptions struct {
+	// Image is the recipe name, e.g. "desktop" or "tiny". Required.
+	Image string `json:"image"`
+	// MemoryMiB is guest RAM; default DefaultMemoryMiB, at least MinMemoryMiB.
+	MemoryMiB int `json:"memory_mib"`
+	// VCPUs is the number of virtual CPUs; default DefaultVCPUs, at most the host's CPUs.
+	VCPUs int `json:"vcpus"`
+	// Width and Height set the guest screen; default 1280x800.
+	Width  int `json:"width"`
+	Height int `json:"height"`
+}
+
+// Defaults and limits for CreateOptions.
+const (
+	DefaultMemoryMiB = 1024
+	MinMemoryMiB     = 128
+	DefaultVCPUs     = 2
+	DefaultWidth     = 1280
+	DefaultHeight    = 800
+)
+
+// VM describes one deskfarm VM.
+type VM struct {
+	ID        string    `json:"id"`
+	Domain    string    `json:"domain"` // libvirt domain name, "deskfarm-<id>"
+	Image     string    `json:"image"`
+	ImageHash string    `json:"image_hash"`
+	State     State     `json:"state"`
+	MemoryMiB int       `json:"memory_mib"`
+	VCPUs     int       `json:"vcpus"`
+	Width     int       `json:"width"`
+	Height    int       `json:"height"`
+	Accel     string    `json:"accel"` // "kvm" or "tcg"
+	CreatedAt time.Time `json:"created_at"`
+	// BootSeconds is how long create took from define to the ready snapshot.
+	BootSeconds float64 `json:"boot_seconds"`
+	// VNCSocket is the unix socket of the VM's VNC server.
+	VNCSocket string `json:"vnc_socket"`
+	// Resets counts resets since the VM was created.
+	Resets int `json:"resets"`
+}
+
+// ExecRequest runs a program in the guest through the guest agent.
+type ExecRequest struct {
+	Argv    []string      // Argv[0] is the program, looked up in the guest's PATH
+	Stdin   []byte        // optional
+	Env     []string      // optional, "K=V"
+	Timeout time.Duration // 0 means DefaultExecTimeout
+}
+
+// DefaultExecTimeout bounds an exec that names no timeout.
+const DefaultExecTimeout = 60 * time.Second
+
+// ExecResult is what a guest program returned.
+type ExecResult struct {
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	Stdout   []byte `json:"stdout"`
+	Stderr   []byte `json:"stderr"`
+	// Truncated is true when the agent cut stdout or stderr (its limit is 16 MiB each).
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ResetResult says how a reset went.
+type ResetResult struct {
+	Duration time.Duration
+}
+
+// MaxFileSize bounds ReadFile and WriteFile.
+const MaxFileSize = 64 << 20
+
+// Farm is what the API and CLI need from the VM layer. Implemented by *Manager.
+//
+// Semantics:
+//   - Create returns only once the VM is ready (booted, session up, agent
+//     answering, ready snapshot taken); on any failure it has removed all it made.
+//   - Destroy removes the domain, overlay, snapshot data and sockets; it is
+//     idempotent for a VM that is half gone, and ErrNotFound for an unknown id.
+//   - Reset returns a ready VM to its ready snapshot; ErrNotRunning otherwise.
+type Farm interface {
+	Create(ctx context.Context, opts CreateOptions) (VM, error)
+	List(ctx context.Context) ([]VM, error)
+	Get(ctx context.Context, id string) (VM, error)
+	Destroy(ctx context.Context, id string) error
+	Reset(ctx context.Context, id string) (ResetResult, error)
+	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	ReadFile(ctx context.Context, id, path string) ([]byte, error)
+	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error
+}

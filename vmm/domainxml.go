@@ -1,0 +1,151 @@
+package vmm
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// metadataNS is the XML namespace of deskfarm's domain metadata; metadataKey
+// its prefix. A restarted deskfarm finds its VMs by this element.
+const (
+	metadataNS  = "https://github.com/deskfarm/deskfarm/xmlns/vm/1"
+	metadataKey = "deskfarm"
+	// DomainPrefix starts the libvirt name of every deskfarm domain.
+	DomainPrefix = "deskfarm-"
+)
+
+// metadata is what deskfarm records on each domain.
+type metadata struct {
+	XMLName     xml.Name  `xml:"vm"`
+	ID          string    `xml:"id"`
+	Image       string    `xml:"image"`
+	ImageHash   string    `xml:"image-hash"`
+	State       State     `xml:"state"`
+	Dir         string    `xml:"dir"`
+	Accel       string    `xml:"accel"`
+	Width       int       `xml:"width"`
+	Height      int       `xml:"height"`
+	MemoryMiB   int       `xml:"memory-mib"`
+	VCPUs       int       `xml:"vcpus"`
+	Created     time.Time `xml:"created"`
+	BootSeconds float64   `xml:"boot-seconds"`
+}
+
+// marshal renders the metadata element with deskfarm's namespace, as
+// DomainSetMetadata wants it (libvirt re-prefixes it with metadataKey).
+func (m metadata) marshal() (string, error) {
+	b, err := xml.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("marshal metadata of vm %s: %w", m.ID, err)
+	}
+	return strings.Replace(string(b), "<vm>", `<vm xmlns="`+metadataNS+`">`, 1), nil
+}
+
+// parseMetadata reads the element DomainGetMetadata returns.
+func parseMetadata(s string) (metadata, error) {
+	var m metadata
+	if err := xml.Unmarshal([]byte(s), &m); err != nil {
+		return m, fmt.Errorf("parse deskfarm metadata: %w", err)
+	}
+	if m.ID == "" {
+		return m, fmt.Errorf("parse deskfarm metadata: no id in %q", s)
+	}
+	m.XMLName = xml.Name{}
+	return m, nil
+}
+
+// domainSpec is everything the domain XML depends on.
+type domainSpec struct {
+	Name        string
+	Meta        metadata
+	Accel       string // "kvm" or "tcg"
+	MemoryMiB   int
+	VCPUs       int
+	Kernel      string
+	Initrd      string
+	Cmdline     string
+	Overlay     string
+	VNCSocket   string
+	SessionSock string
+	ConsoleLog  string
+	Emulator    string
+}
+
+var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x": xmlEscape}).Parse(`<domain type='{{if eq .Accel "kvm"}}kvm{{else}}qemu{{end}}'>
+  <name>{{x .Name}}</name>
+  <title>deskfarm {{x .Meta.Image}} VM {{x .Meta.ID}}</title>
+  <metadata>{{.MetaXML}}</metadata>
+  <memory unit='MiB'>{{.MemoryMiB}}</memory>
+  <vcpu>{{.VCPUs}}</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>{{x .Kernel}}</kernel>
+    <initrd>{{x .Initrd}}</initrd>
+    <cmdline>{{x .Cmdline}}</cmdline>
+  </os>
+  <features><acpi/></features>
+  {{if eq .Accel "kvm"}}<cpu mode='host-passthrough'/>{{end}}
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>restart</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>{{x .Emulator}}</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' cache='unsafe' discard='unmap'/>
+      <source file='{{x .Overlay}}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <controller type='usb' model='none'/>
+    <input type='tablet' bus='virtio'/>
+    <input type='keyboard' bus='ps2'/>
+    <graphics type='vnc'>
+      <listen type='socket' socket='{{x .VNCSocket}}'/>
+    </graphics>
+    <video><model type='vga' vram='16384' heads='1' primary='yes'/></video>
+    <channel type='unix'>
+      <target type='virtio' name='org.qemu.guest_agent.0'/>
+    </channel>
+    <channel type='unix'>
+      <source mode='bind' path='{{x .SessionSock}}'/>
+      <target type='virtio' name='org.deskfarm.session.0'/>
+    </channel>
+    <serial type='file'>
+      <source path='{{x .ConsoleLog}}'/>
+      <target port='0'/>
+    </serial>
+    <memballoon model='none'/>
+  </devices>
+  <seclabel type='none'/>
+</domain>
+`))
+
+// domainXML renders the libvirt definition. Security labels are off because
+// deskfarm itself gives the VM directory to libvirt-qemu and keeps the shared
+// base read-only: libvirt's relabelling of a backing file used by many VMs at
+// once only adds work and races.
+func domainXML(s domainSpec) (string, error) {
+	meta, err := s.Meta.marshal()
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	err = domainTmpl.Execute(&b, struct {
+		domainSpec
+		MetaXML string
+	}{s, meta})
+	if err != nil {
+		return "", fmt.Errorf("render domain xml for %s: %w", s.Name, err)
+	}
+	return b.String(), nil
+}
+
+func xmlEscape(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s))
+	return strings.ReplaceAll(b.String(), "'", "&#39;")
+}

@@ -1,0 +1,280 @@
+package vmm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testenv"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// These tests run real VMs on a real libvirtd and QEMU; `make test` runs them.
+
+func virsh(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("virsh", append([]string{"-c", "qemu:///system"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virsh %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+func domainExists(t *testing.T, name string) bool {
+	t.Helper()
+	for _, n := range strings.Fields(virsh(t, "list", "--all", "--name")) {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// diffFraction is the share of pixels that differ between a and b.
+func diffFraction(a, b *image.RGBA) float64 {
+	if a.Bounds() != b.Bounds() {
+		return 1
+	}
+	n := 0
+	for i := 0; i < len(a.Pix); i += 4 {
+		if !bytes.Equal(a.Pix[i:i+3], b.Pix[i:i+3]) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(a.Pix)/4)
+}
+
+func mustExec(t *testing.T, m *vmm.Manager, id string, argv ...string) vmm.ExecResult {
+	t.Helper()
+	res, err := m.Exec(context.Background(), id, vmm.ExecRequest{Argv: argv, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("exec %v: %v", argv, err)
+	}
+	return res
+}
+
+func TestE2ETinyLifecycle(t *testing.T) {
+	m := testenv.Manager(t, "tiny")
+	ctx := context.Background()
+	start := time.Now()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tiny ready in %s (accel %s)", time.Since(start).Round(time.Millisecond), vm.Accel)
+	if vm.State != vmm.StateReady || vm.Domain != "deskfarm-"+vm.ID {
+		t.Fatalf("vm = %+v", vm)
+	}
+	if !domainExists(t, vm.Domain) {
+		t.Fatalf("domain %s not in virsh list", vm.Domain)
+	}
+	if !strings.Contains(virsh(t, "dominfo", vm.Domain), "running") {
+		t.Fatal("domain not running")
+	}
+	if fi, err := os.Stat(vm.VNCSocket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("vnc socket %s: %v", vm.VNCSocket, err)
+	}
+	xml := virsh(t, "dumpxml", vm.Domain)
+	for _, want := range []string{"type='socket'", "org.qemu.guest_agent.0", "bus='virtio'", "<deskfarm:vm", "<memory unit='KiB'>262144"} {
+		if !strings.Contains(xml, want) {
+			t.Errorf("domain xml lacks %q", want)
+		}
+	}
+	if strings.Contains(xml, "port=") && strings.Contains(xml, "<graphics type='vnc' port") {
+		t.Error("vnc listens on a tcp port")
+	}
+
+	// Guest agent: argv, stdin, exit code, stderr, timeout.
+	if res := mustExec(t, m, vm.ID, "echo", "hello world"); string(res.Stdout) != "hello world\n" || res.ExitCode != 0 {
+		t.Fatalf("echo: %+v", res)
+	}
+	res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"cat"}, Stdin: []byte("from stdin\x00\xff"), Timeout: 10 * time.Second})
+	if err != nil || string(res.Stdout) != "from stdin\x00\xff" {
+		t.Fatalf("cat stdin: %+v %v", res, err)
+	}
+	if res := mustExec(t, m, vm.ID, "sh", "-c", "echo oops >&2; exit 3"); res.ExitCode != 3 || string(res.Stderr) != "oops\n" {
+		t.Fatalf("exit code: %+v", res)
+	}
+	_, err = m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: time.Second})
+	if !errors.Is(err, vmm.ErrTimeout) {
+		t.Fatalf("timeout: %v", err)
+	}
+	if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"/no/such/program"}}); err == nil {
+		t.Fatal("exec of a missing program succeeded")
+	}
+
+	// Files round trip, including a large binary one.
+	big := make([]byte, 3<<20+17)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	if err := m.WriteFile(ctx, vm.ID, "/tmp/big.bin", big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.ReadFile(ctx, vm.ID, "/tmp/big.bin")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read back %d bytes (want %d): %v", len(got), len(big), err)
+	}
+	if res := mustExec(t, m, vm.ID, "stat", "-c", "%a", "/tmp/big.bin"); strings.TrimSpace(string(res.Stdout)) != "600" {
+		t.Fatalf("mode: %q", res.Stdout)
+	}
+	if _, err := m.ReadFile(ctx, vm.ID, "/tmp/none"); err == nil || !strings.Contains(err.Error(), "/tmp/none") {
+		t.Fatalf("missing file: %v", err)
+	}
+	if _, err := m.ReadFile(ctx, vm.ID, "relative"); !errors.Is(err, vmm.ErrInvalid) {
+		t.Fatalf("relative path: %v", err)
+	}
+
+	// Reset: a file written and a screen changed since the snapshot are gone.
+	ready, err := m.Screenshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WriteFile(ctx, vm.ID, "/tmp/episode", []byte("dirty"), 0); err != nil {
+		t.Fatal(err)
+	}
+	virsh(t, "send-key", vm.Domain, "KEY_H", "KEY_I")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		now, err := m.Screenshot(ctx, vm.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diffFraction(ready, now) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("typed keys never changed the tiny guest's screen")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		rr, err := m.Reset(ctx, vm.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("reset %d took %s", i, rr.Duration.Round(time.Millisecond))
+	}
+	if _, err := m.ReadFile(ctx, vm.ID, "/tmp/episode"); err == nil {
+		t.Fatal("file written before reset survived it")
+	}
+	after, err := m.Screenshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffFraction(ready, after); d != 0 {
+		t.Fatalf("screen after reset differs from ready screen in %.4f%% of pixels", d*100)
+	}
+	// The clock was set to now, not left at snapshot time.
+	res = mustExec(t, m, vm.ID, "date", "+%s")
+	var guest int64
+	if _, err := fmt.Sscan(strings.TrimSpace(string(res.Stdout)), &guest); err != nil {
+		t.Fatalf("date: %q", res.Stdout)
+	}
+	if skew := time.Now().Unix() - guest; skew > 3 || skew < -3 {
+		t.Fatalf("guest clock off by %d s after reset", skew)
+	}
+
+	// Destroy leaves nothing.
+	if err := m.Destroy(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	if domainExists(t, vm.Domain) {
+		t.Fatal("domain still defined after destroy")
+	}
+	if _, err := os.Stat(filepath.Dir(vm.VNCSocket)); !os.IsNotExist(err) {
+		t.Fatalf("vm dir still there: %v", err)
+	}
+	if err := m.Destroy(ctx, vm.ID); !errors.Is(err, vmm.ErrNotFound) {
+		t.Fatalf("second destroy: %v", err)
+	}
+}
+
+func TestE2EBadInput(t *testing.T) {
+	m := testenv.Manager(t, "tiny")
+	ctx := context.Background()
+	cases := []struct {
+		opts vmm.CreateOptions
+		want error
+		say  string
+	}{
+		{vmm.CreateOptions{Image: "windows95"}, vmm.ErrUnknownImage, "windows95"},
+		{vmm.CreateOptions{}, vmm.ErrInvalid, "image"},
+		{vmm.CreateOptions{Image: "tiny", MemoryMiB: 10 << 20}, vmm.ErrInsufficientResources, "memory_mib"},
+		{vmm.CreateOptions{Image: "tiny", MemoryMiB: 16}, vmm.ErrInvalid, "memory_mib"},
+		{vmm.CreateOptions{Image: "tiny", VCPUs: 999}, vmm.ErrInvalid, "vcpus"},
+		{vmm.CreateOptions{Image: "tiny", Width: 10, Height: 10}, vmm.ErrInvalid, "width"},
+	}
+	for _, c := range cases {
+		_, err := m.Create(ctx, c.opts)
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.say) {
+			t.Errorf("create %+v: got %v, want %v naming %q", c.opts, err, c.want, c.say)
+		}
+	}
+	for _, op := range []func() error{
+		func() error { _, err := m.Get(ctx, "nope"); return err },
+		func() error { return m.Destroy(ctx, "nope") },
+		func() error { _, err := m.Reset(ctx, "nope"); return err },
+		func() error { _, err := m.Exec(ctx, "nope", vmm.ExecRequest{Argv: []string{"true"}}); return err },
+	} {
+		if err := op(); !errors.Is(err, vmm.ErrNotFound) || !strings.Contains(err.Error(), "nope") {
+			t.Errorf("missing vm: %v", err)
+		}
+	}
+	assertNoLeftovers(t)
+}
+
+// A failure in the middle of create unwinds: here the boot never finishes in time.
+func TestE2ECreateFailureLeavesNothing(t *testing.T) {
+	st := testenv.RequireVM(t, "tiny")
+	ctx := context.Background()
+	m, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: vmm.StoreImages{Store: st}, BootTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Cleanup(t, m)
+	_, err = m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	if !errors.Is(err, vmm.ErrTimeout) || !strings.Contains(err.Error(), "wait-display") {
+		t.Fatalf("create with a 300ms boot budget: %v", err)
+	}
+	assertNoLeftovers(t)
+
+	// A broken base image is named as such, and leaves nothing either.
+	bad := filepath.Join(t.TempDir(), "broken.qcow2")
+	os.WriteFile(bad, []byte("not a qcow2 image"), 0o644)
+	img, _ := st.Get("tiny")
+	m2, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: fixedImage{vmm.BaseImage{Name: "broken", Disk: bad, Kernel: img.Kernel, Initrd: img.Initrd}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Cleanup(t, m2)
+	if _, err := m2.Create(ctx, vmm.CreateOptions{Image: "broken", MemoryMiB: 256, VCPUs: 1}); !errors.Is(err, vmm.ErrBrokenImage) {
+		t.Fatalf("broken image: %v", err)
+	}
+	assertNoLeftovers(t)
+}
+
+type fixedImage struct{ img vmm.BaseImage }
+
+func (f fixedImage) Resolve(string) (vmm.BaseImage, error) { return f.img, nil }
+
+func assertNoLeftovers(t *testing.T) {
+	t.Helper()
+	for _, n := range strings.Fields(virsh(t, "list", "--all", "--name")) {
+		if strings.HasPrefix(n, vmm.DomainPrefix) {
+			t.Errorf("leftover domain %s", n)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(testenv.StateDir, "vms"))
+	for _, e := range entries {
+		t.Errorf("leftover vm dir %s", e.Name())
+	}
+}

@@ -1,0 +1,649 @@
+package vmm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"image"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+)
+
+// BaseImage is a built, read-only guest image: what a VM boots from.
+type BaseImage struct {
+	Name    string
+	Hash    string
+	Disk    string // qcow2, the overlay's backing file
+	Kernel  string
+	Initrd  string
+	Cmdline string // kernel command line base; the VM adds screen options
+}
+
+// ImageResolver finds the built image for a recipe name. It returns errors
+// wrapping ErrUnknownImage, ErrImageNotBuilt or ErrBrokenImage.
+type ImageResolver interface {
+	Resolve(name string) (BaseImage, error)
+}
+
+// Config configures a Manager. Zero values take the defaults noted.
+type Config struct {
+	// StateDir holds one directory per VM (overlay, sockets, console log).
+	// QEMU runs as QEMUUser and must reach it, so not /tmp. Default /var/lib/deskfarm.
+	StateDir string
+	// Accel is auto, kvm or tcg. Default auto.
+	Accel string
+	// LibvirtSocket is libvirtd's unix socket. Default DefaultLibvirtSocket.
+	LibvirtSocket string
+	// Emulator is the QEMU binary. Default /usr/bin/qemu-system-x86_64.
+	Emulator string
+	// QEMUUser owns VM directories so QEMU can create its sockets. Default libvirt-qemu.
+	QEMUUser string
+	// BootTimeout bounds boot to session ready. Default 240 s (TCG is slow).
+	BootTimeout time.Duration
+	// AgentTimeout bounds waiting for the guest agent after boot. Default 90 s.
+	AgentTimeout time.Duration
+	// Images resolves image names. Required.
+	Images ImageResolver
+	// Log receives structured logs. Default slog.Default().
+	Log *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/deskfarm"
+	}
+	c.StateDir = filepath.Clean(c.StateDir)
+	if c.Accel == "" {
+		c.Accel = AccelAuto
+	}
+	if c.LibvirtSocket == "" {
+		c.LibvirtSocket = DefaultLibvirtSocket
+	}
+	if c.Emulator == "" {
+		c.Emulator = "/usr/bin/qemu-system-x86_64"
+	}
+	if c.QEMUUser == "" {
+		c.QEMUUser = "libvirt-qemu"
+	}
+	if c.BootTimeout == 0 {
+		c.BootTimeout = 240 * time.Second
+	}
+	if c.AgentTimeout == 0 {
+		c.AgentTimeout = 90 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// Manager runs deskfarm's VMs on one host. It implements Farm.
+type Manager struct {
+	cfg         Config
+	hv          hypervisor
+	conn        *libvirtConn
+	accel       string
+	uid, gid    int
+	hostMemMiB  int
+	hostCPUs    int
+	log         *slog.Logger
+	mu          sync.Mutex
+	vms         map[string]*machine
+	closeOnce   sync.Once
+	reconciling sync.Mutex
+}
+
+var _ Farm = (*Manager)(nil)
+
+// machine is one VM's live record. mu is held exclusively by lifecycle
+// changes (reset, destroy) and shared by calls into the guest.
+type machine struct {
+	mu     sync.RWMutex
+	meta   metadata
+	dom    libvirt.Domain
+	agent  *agent
+	mon    *monitor
+	resets int
+	gone   bool
+}
+
+// New connects to libvirtd, chooses the accelerator and adopts the VMs a
+// previous deskfarm left running; half-made VMs and orphan directories are
+// removed.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	cfg.setDefaults()
+	if cfg.Images == nil {
+		return nil, fmt.Errorf("vmm config: Images is required: %w", ErrInvalid)
+	}
+	accel, reason, err := detectAccel(cfg.Accel)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log.Info("accelerator chosen", "op", "accel", "accel", accel, "reason", reason)
+
+	u, err := user.Lookup(cfg.QEMUUser)
+	if err != nil {
+		return nil, fmt.Errorf("look up QEMU user %s (is libvirt-daemon-system installed?): %w", cfg.QEMUUser, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "vms"), 0o755); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+
+	conn, err := dialLibvirt(cfg.LibvirtSocket, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	memKiB, cpus, err := conn.hostInfo()
+	if err != nil {
+		conn.close()
+		return nil, fmt.Errorf("read host info from libvirt: %w", err)
+	}
+	m := &Manager{cfg: cfg, hv: conn, conn: conn, accel: accel, uid: uid, gid: gid,
+		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{}}
+	if err := m.recover(ctx); err != nil {
+		conn.close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Accel is the accelerator new VMs use ("kvm" or "tcg").
+func (m *Manager) Accel() string { return m.accel }
+
+// Close disconnects from libvirtd. VMs keep running; a new Manager adopts them.
+func (m *Manager) Close() error {
+	var err error
+	m.closeOnce.Do(func() { err = m.conn.close() })
+	return err
+}
+
+func (m *Manager) vmDir(id string) string { return filepath.Join(m.cfg.StateDir, "vms", id) }
+
+func newID() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// validate fills defaults into opts and checks them against the host.
+func (m *Manager) validate(opts *CreateOptions) error {
+	if opts.Image == "" {
+		return fmt.Errorf("field image: %w: required (e.g. \"desktop\" or \"tiny\")", ErrInvalid)
+	}
+	if opts.MemoryMiB == 0 {
+		opts.MemoryMiB = DefaultMemoryMiB
+	}
+	if opts.VCPUs == 0 {
+		opts.VCPUs = DefaultVCPUs
+	}
+	if opts.Width == 0 && opts.Height == 0 {
+		opts.Width, opts.Height = DefaultWidth, DefaultHeight
+	}
+	switch {
+	case opts.MemoryMiB < MinMemoryMiB:
+		return fmt.Errorf("field memory_mib: %w: %d is below the minimum of %d MiB", ErrInvalid, opts.MemoryMiB, MinMemoryMiB)
+	case opts.MemoryMiB > m.hostMemMiB:
+		return fmt.Errorf("field memory_mib: %w: %d MiB is more than the host has (%d MiB)", ErrInsufficientResources, opts.MemoryMiB, m.hostMemMiB)
+	case opts.VCPUs < 1 || opts.VCPUs > m.hostCPUs:
+		return fmt.Errorf("field vcpus: %w: %d is outside 1..%d (the host's CPUs)", ErrInvalid, opts.VCPUs, m.hostCPUs)
+	case opts.Width < 640 || opts.Width > 3840 || opts.Height < 480 || opts.Height > 2160:
+		return fmt.Errorf("field width/height: %w: %dx%d is outside 640x480..3840x2160", ErrInvalid, opts.Width, opts.Height)
+	}
+	if avail := availableMemMiB(); avail > 0 && opts.MemoryMiB > avail {
+		return fmt.Errorf("field memory_mib: %w: %d MiB requested but only %d MiB available on the host", ErrInsufficientResources, opts.MemoryMiB, avail)
+	}
+	return nil
+}
+
+// availableMemMiB reads MemAvailable; 0 when unknown.
+func availableMemMiB() int {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// Create makes a VM and returns once it is ready. Steps: overlay, define,
+// start, wait for the session's ready signal, wait for the guest agent, take
+// the ready snapshot. A failure undoes the finished steps in reverse.
+func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
+	if err := m.validate(&opts); err != nil {
+		return VM{}, err
+	}
+	img, err := m.cfg.Images.Resolve(opts.Image)
+	if err != nil {
+		return VM{}, fmt.Errorf("field image: %w", err)
+	}
+	id := newID()
+	dir := m.vmDir(id)
+	mc := &machine{meta: metadata{ID: id, Image: img.Name, ImageHash: img.Hash, State: StateCreating, Dir: dir,
+		Accel: m.accel, Width: opts.Width, Height: opts.Height, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
+		Created: time.Now().UTC().Truncate(time.Second)}}
+	name := DomainPrefix + id
+	log := m.log.With("vm", id)
+	overlay := filepath.Join(dir, "disk.qcow2")
+	spec := domainSpec{Name: name, Meta: mc.meta, Accel: m.accel, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
+		Kernel: img.Kernel, Initrd: img.Initrd,
+		Cmdline:     fmt.Sprintf("%s video=%dx%d deskfarm.screen=%dx%d", img.Cmdline, opts.Width, opts.Height, opts.Width, opts.Height),
+		Overlay:     overlay,
+		VNCSocket:   filepath.Join(dir, "vnc.sock"),
+		SessionSock: filepath.Join(dir, "session.sock"),
+		ConsoleLog:  filepath.Join(dir, "console.log"),
+		Emulator:    m.cfg.Emulator,
+	}
+
+	m.mu.Lock()
+	m.vms[id] = mc
+	m.mu.Unlock()
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+
+	start := time.Now()
+	steps := []step{
+		{name: "overlay",
+			do:   func(context.Context) error { return m.makeOverlay(dir, img.Disk, overlay) },
+			undo: func() error { return os.RemoveAll(dir) }},
+		{name: "define",
+			do: func(context.Context) error {
+				xml, err := domainXML(spec)
+				if err != nil {
+					return err
+				}
+				mc.dom, err = m.hv.defineDomain(xml)
+				return err
+			},
+			undo: func() error { return m.hv.undefineDomain(mc.dom) }},
+		{name: "start",
+			do:   func(context.Context) error { return m.hv.startDomain(mc.dom) },
+			undo: func() error { return ignoreNotRunning(m.hv.destroyDomain(mc.dom)) }},
+		{name: "wait-display", do: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout)
+			defer cancel()
+			return waitSessionReady(ctx, spec.SessionSock, func() error { return m.checkAlive(mc, spec.ConsoleLog) })
+		}},
+		{name: "wait-agent", do: func(ctx context.Context) error {
+			mc.agent = &agent{hv: m.hv, dom: mc.dom, vm: id}
+			ctx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
+			defer cancel()
+			return mc.agent.waitReady(ctx)
+		}},
+		{name: "snapshot", do: func(context.Context) error {
+			mc.mon = &monitor{hv: m.hv, dom: mc.dom, vm: id}
+			if err := mc.mon.saveVM(readySnapshot); err != nil {
+				return err
+			}
+			mc.meta.State = StateReady
+			mc.meta.BootSeconds = time.Since(start).Seconds()
+			return m.saveMeta(mc)
+		}},
+	}
+	log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs, "accel", m.accel)
+	if err := runSteps(ctx, log, steps); err != nil {
+		m.mu.Lock()
+		delete(m.vms, id)
+		m.mu.Unlock()
+		mc.gone = true
+		return VM{}, fmt.Errorf("create vm %s (image %s): %w", id, img.Name, err)
+	}
+	log.Info("vm ready", "op", "create", "duration", time.Since(start).Round(time.Millisecond))
+	return m.describe(mc), nil
+}
+
+func (m *Manager) makeOverlay(dir, base, overlay string) error {
+	if _, err := os.Stat(base); err != nil {
+		return fmt.Errorf("base image %s: %w: %w", base, ErrBrokenImage, err)
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		return fmt.Errorf("create vm dir: %w", err)
+	}
+	if err := os.Chown(dir, m.uid, m.gid); err != nil {
+		return fmt.Errorf("chown vm dir %s: %w", dir, err)
+	}
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, overlay).CombinedOutput()
+	if err != nil {
+		// qemu-img opens the backing file to size the overlay: a failure here
+		// is almost always a damaged base image.
+		return fmt.Errorf("qemu-img create overlay %s on %s: %w: %w: %s", overlay, base, ErrBrokenImage, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Chown(overlay, m.uid, m.gid); err != nil {
+		return fmt.Errorf("chown overlay %s: %w", overlay, err)
+	}
+	return nil
+}
+
+func ignoreNotRunning(err error) error {
+	if libvirtCode(err) == libvirt.ErrOperationInvalid {
+		return nil
+	}
+	return err
+}
+
+// checkAlive returns ErrDead (with the console's last lines) if QEMU is gone.
+func (m *Manager) checkAlive(mc *machine, consoleLog string) error {
+	st, err := m.hv.domainState(mc.dom)
+	if err != nil {
+		return fmt.Errorf("domain state of vm %s: %w", mc.meta.ID, err)
+	}
+	if st == libvirt.DomainRunning || st == libvirt.DomainPaused {
+		return nil
+	}
+	return fmt.Errorf("vm %s: %w (libvirt state %d); console tail: %s", mc.meta.ID, ErrDead, st, tail(consoleLog, 5))
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no console log)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (m *Manager) saveMeta(mc *machine) error {
+	s, err := mc.meta.marshal()
+	if err != nil {
+		return err
+	}
+	if err := m.hv.setDomainMetadata(mc.dom, metadataKey, metadataNS, s); err != nil {
+		return fmt.Errorf("save metadata of vm %s: %w", mc.meta.ID, err)
+	}
+	return nil
+}
+
+func (m *Manager) describe(mc *machine) VM {
+	md := mc.meta
+	return VM{ID: md.ID, Domain: DomainPrefix + md.ID, Image: md.Image, ImageHash: md.ImageHash, State: md.State,
+		MemoryMiB: md.MemoryMiB, VCPUs: md.VCPUs, Width: md.Width, Height: md.Height, Accel: md.Accel,
+		CreatedAt: md.Created, BootSeconds: md.BootSeconds, VNCSocket: filepath.Join(md.Dir, "vnc.sock"), Resets: mc.resets}
+}
+
+func (m *Manager) lookup(id string) (*machine, error) {
+	m.mu.Lock()
+	mc, ok := m.vms[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	return mc, nil
+}
+
+// List returns every VM, oldest first.
+func (m *Manager) List(ctx context.Context) ([]VM, error) {
+	m.mu.Lock()
+	mcs := make([]*machine, 0, len(m.vms))
+	for _, mc := range m.vms {
+		mcs = append(mcs, mc)
+	}
+	m.mu.Unlock()
+	out := make([]VM, 0, len(mcs))
+	for _, mc := range mcs {
+		out = append(out, m.snapshotOf(mc))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// snapshotOf describes mc without waiting on a lifecycle change in progress.
+func (m *Manager) snapshotOf(mc *machine) VM {
+	if mc.mu.TryRLock() {
+		defer mc.mu.RUnlock()
+		return m.describe(mc)
+	}
+	// Busy (creating or resetting): the fields read here are set before the
+	// lock is taken, or are plain values where a stale read is harmless.
+	return VM{ID: mc.meta.ID, Domain: DomainPrefix + mc.meta.ID, Image: mc.meta.Image, State: StateCreating,
+		MemoryMiB: mc.meta.MemoryMiB, VCPUs: mc.meta.VCPUs, Width: mc.meta.Width, Height: mc.meta.Height,
+		Accel: mc.meta.Accel, CreatedAt: mc.meta.Created}
+}
+
+// Get returns one VM.
+func (m *Manager) Get(ctx context.Context, id string) (VM, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return VM{}, err
+	}
+	return m.snapshotOf(mc), nil
+}
+
+// Destroy removes the VM's domain, overlay (and with it the ready snapshot)
+// and sockets.
+func (m *Manager) Destroy(ctx context.Context, id string) error {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.gone {
+		return fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	start := time.Now()
+	err = m.teardown(mc.meta.ID, mc.meta.Dir)
+	mc.gone = true
+	m.mu.Lock()
+	delete(m.vms, id)
+	m.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("destroy vm %s: %w", id, err)
+	}
+	m.log.Info("vm destroyed", "vm", id, "op", "destroy", "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// teardown removes whatever exists of a VM: domain (running or not), its
+// definition and its directory. Missing parts are not errors.
+func (m *Manager) teardown(id, dir string) error {
+	var errs []error
+	dom, err := m.hv.lookupDomain(DomainPrefix + id)
+	switch {
+	case libvirt.IsNotFound(err):
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		if err := ignoreNotRunning(m.hv.destroyDomain(dom)); err != nil && !libvirt.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("destroy domain: %w", err))
+		}
+		if err := m.hv.undefineDomain(dom); err != nil && !libvirt.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("undefine domain: %w", err))
+		}
+	}
+	if dir == "" {
+		dir = m.vmDir(id)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ready returns mc if it can take guest calls, holding its read lock;
+// callers must RUnlock.
+func (m *Manager) ready(id, op string) (*machine, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	mc.mu.RLock()
+	if mc.gone {
+		mc.mu.RUnlock()
+		return nil, fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	if mc.meta.State != StateReady {
+		st := mc.meta.State
+		mc.mu.RUnlock()
+		return nil, fmt.Errorf("%s on vm %s: %w (state %s)", op, id, ErrNotRunning, st)
+	}
+	return mc, nil
+}
+
+// guestErr classifies a failed guest call: a dead QEMU is named as such.
+func (m *Manager) guestErr(mc *machine, err error) error {
+	if err == nil {
+		return nil
+	}
+	if aerr := m.checkAlive(mc, filepath.Join(mc.meta.Dir, "console.log")); aerr != nil {
+		return errors.Join(err, aerr)
+	}
+	return err
+}
+
+// Reset returns a ready VM to its ready snapshot: RAM, devices and disk via
+// QEMU's loadvm, then the guest clock (restored to snapshot time) is set.
+func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return ResetResult{}, err
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.gone {
+		return ResetResult{}, fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	if mc.meta.State != StateReady {
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w (state %s)", id, ErrNotRunning, mc.meta.State)
+	}
+	if err := m.checkAlive(mc, filepath.Join(mc.meta.Dir, "console.log")); err != nil {
+		mc.meta.State = StateBroken
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
+	}
+	start := time.Now()
+	if err := mc.mon.loadVM(readySnapshot); err != nil {
+		mc.meta.State = StateBroken
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(mc, err))
+	}
+	loaded := time.Since(start)
+	// Right after a RAM restore libvirt briefly reports the agent as not
+	// connected; retry within a bound.
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		err = mc.agent.setTime(time.Now())
+		if err == nil || !notConnected(err) || actx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		mc.meta.State = StateBroken
+		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(mc, err))
+	}
+	mc.resets++
+	d := time.Since(start)
+	m.log.Info("vm reset", "vm", id, "op", "reset", "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
+	return ResetResult{Duration: d}, nil
+}
+
+// Exec runs a program in the guest.
+func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return ExecResult{}, fmt.Errorf("field argv: %w: needs at least the program name", ErrInvalid)
+	}
+	if req.Timeout < 0 {
+		return ExecResult{}, fmt.Errorf("field timeout_s: %w: must be positive", ErrInvalid)
+	}
+	if req.Timeout == 0 {
+		req.Timeout = DefaultExecTimeout
+	}
+	mc, err := m.ready(id, "exec")
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer mc.mu.RUnlock()
+	res, err := mc.agent.exec(ctx, req)
+	return res, m.guestErr(mc, err)
+}
+
+// ReadFile reads a guest file of at most MaxFileSize bytes.
+func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("field path: %w: %q is not absolute", ErrInvalid, path)
+	}
+	mc, err := m.ready(id, "read file")
+	if err != nil {
+		return nil, err
+	}
+	defer mc.mu.RUnlock()
+	b, err := mc.agent.readFile(path, MaxFileSize)
+	if errors.Is(err, ErrTooLarge) {
+		return nil, err
+	}
+	return b, m.guestErr(mc, err)
+}
+
+// WriteFile writes a guest file; mode 0 keeps the agent's default (0666 less umask).
+func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("field path: %w: %q is not absolute", ErrInvalid, path)
+	}
+	if len(data) > MaxFileSize {
+		return fmt.Errorf("write file %s: %w: %d bytes, limit %d", path, ErrTooLarge, len(data), MaxFileSize)
+	}
+	if mode > 0o7777 {
+		return fmt.Errorf("field mode: %w: %o is not a file mode", ErrInvalid, mode)
+	}
+	mc, err := m.ready(id, "write file")
+	if err != nil {
+		return err
+	}
+	defer mc.mu.RUnlock()
+	if err := mc.agent.writeFile(path, data); err != nil {
+		return m.guestErr(mc, err)
+	}
+	if mode != 0 {
+		res, err := mc.agent.exec(ctx, ExecRequest{Argv: []string{"chmod", fmt.Sprintf("%o", mode), path}, Timeout: 10 * time.Second})
+		if err != nil {
+			return m.guestErr(mc, err)
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("chmod %o %s on vm %s: %w: %s", mode, path, id, ErrAgent, res.Stderr)
+		}
+	}
+	return nil
+}
+
+// Screenshot grabs the VM's display through libvirt (a PPM from QEMU's
+// screendump). It is the baseline the live VNC framebuffer is measured against.
+func (m *Manager) Screenshot(ctx context.Context, id string) (*image.RGBA, error) {
+	mc, err := m.ready(id, "screenshot")
+	if err != nil {
+		return nil, err
+	}
+	defer mc.mu.RUnlock()
+	b, err := m.hv.screenshot(mc.dom)
+	if err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, m.guestErr(mc, err))
+	}
+	img, err := decodePPM(b)
+	if err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
+	}
+	return img, nil
+}

@@ -1,0 +1,466 @@
+package web
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// Body limits.
+const (
+	// maxJSONBody bounds request bodies other than exec and file uploads.
+	maxJSONBody = 1 << 20
+	// maxExecBody leaves room for vmm.MaxFileSize of stdin in base64.
+	maxExecBody = vmm.MaxFileSize/3*4 + maxJSONBody
+)
+
+// DefaultTrustedNets are the client networks that need no token: loopback.
+var DefaultTrustedNets = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
+}
+
+// Options configures NewServer.
+type Options struct {
+	// Token is the API token. Requests from outside TrustedNets must carry
+	// "Authorization: Bearer <Token>"; with no Token they are refused. A
+	// request that presents a token must present the right one, from
+	// anywhere.
+	Token string
+	// TrustedNets are client networks whose requests need no token. Nil
+	// means DefaultTrustedNets; an empty non-nil slice trusts no address.
+	TrustedNets []netip.Prefix
+	// Logger gets one line per request; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+type server struct {
+	farm    vmm.Farm
+	log     *slog.Logger
+	token   string
+	trusted []netip.Prefix
+}
+
+// apiHandler is a handler that returns its error for the wrapper to send.
+type apiHandler func(w http.ResponseWriter, r *http.Request) error
+
+type route struct {
+	method string
+	path   string
+	op     string // the slog "op" value
+	h      apiHandler
+}
+
+// NewServer returns the handler for the /v1 API and /healthz, backed by farm.
+// It sets no timeouts: creating a VM takes as long as a boot and exec up to
+// MaxExecTimeout, and both stop when the client goes away.
+func NewServer(farm vmm.Farm, opts Options) http.Handler {
+	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.trusted == nil {
+		s.trusted = DefaultTrustedNets
+	}
+	routes := []route{
+		{"GET", "/healthz", "health", s.health},
+		{"POST", "/v1/vms", "create", s.create},
+		{"GET", "/v1/vms", "list", s.list},
+		{"GET", "/v1/vms/{id}", "get", s.get},
+		{"DELETE", "/v1/vms/{id}", "destroy", s.destroy},
+		{"POST", "/v1/vms/{id}/reset", "reset", s.reset},
+		{"POST", "/v1/vms/{id}/exec", "exec", s.exec},
+		{"GET", "/v1/vms/{id}/files", "read_file", s.readFile},
+		{"PUT", "/v1/vms/{id}/files", "write_file", s.writeFile},
+	}
+	mux := http.NewServeMux()
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.op, rt.h))
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	// A method-less pattern is less specific than the method ones, so it
+	// catches only the methods a path does not serve.
+	for path, methods := range allowed {
+		if slices.Contains(methods, "GET") {
+			methods = append(methods, "HEAD")
+		}
+		allow := strings.Join(methods, ", ")
+		mux.Handle(path, s.wrap("", func(w http.ResponseWriter, r *http.Request) error {
+			w.Header().Set("Allow", allow)
+			return &httpError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+				msg: fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow)}
+		}))
+	}
+	mux.Handle("/", s.wrap("", func(w http.ResponseWriter, r *http.Request) error {
+		return &httpError{status: http.StatusNotFound, code: CodeNotFound,
+			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
+	}))
+	return s.logRequests(s.authenticate(mux))
+}
+
+// wrap turns an apiHandler into an http.Handler that sends its error.
+func (s *server) wrap(op string, h apiHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if info := infoFrom(r); info != nil {
+			info.op = op
+		}
+		if err := h(w, r); err != nil {
+			writeError(w, r, err)
+		}
+	})
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, HealthResponse{Status: "ok"})
+	return nil
+}
+
+func (s *server) create(w http.ResponseWriter, r *http.Request) error {
+	var opts vmm.CreateOptions
+	if err := decodeJSON(w, r, &opts, maxJSONBody); err != nil {
+		return err
+	}
+	if err := validateCreate(opts); err != nil {
+		return err
+	}
+	vm, err := s.farm.Create(r.Context(), opts)
+	if err != nil {
+		return err
+	}
+	noteVM(r, vm.ID)
+	w.Header().Set("Location", "/v1/vms/"+vm.ID)
+	writeJSON(w, http.StatusCreated, vm)
+	return nil
+}
+
+// validateCreate checks what can be checked without the host; the farm
+// checks the rest (image names, host CPUs and memory).
+func validateCreate(o vmm.CreateOptions) error {
+	switch {
+	case o.Image == "":
+		return invalidf("image", "required")
+	case o.MemoryMiB < 0 || (o.MemoryMiB > 0 && o.MemoryMiB < vmm.MinMemoryMiB):
+		return invalidf("memory_mib", "must be at least %d (or 0 for %d), got %d",
+			vmm.MinMemoryMiB, vmm.DefaultMemoryMiB, o.MemoryMiB)
+	case o.VCPUs < 0:
+		return invalidf("vcpus", "must not be negative, got %d", o.VCPUs)
+	case o.Width < 0:
+		return invalidf("width", "must not be negative, got %d", o.Width)
+	case o.Height < 0:
+		return invalidf("height", "must not be negative, got %d", o.Height)
+	}
+	return nil
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) error {
+	vms, err := s.farm.List(r.Context())
+	if err != nil {
+		return err
+	}
+	if vms == nil {
+		vms = []vmm.VM{}
+	}
+	writeJSON(w, http.StatusOK, VMList{VMs: vms})
+	return nil
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request) error {
+	vm, err := s.farm.Get(r.Context(), vmID(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, vm)
+	return nil
+}
+
+func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
+	if err := s.farm.Destroy(r.Context(), vmID(r)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
+	id := vmID(r)
+	res, err := s.farm.Reset(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ResetResponse{
+		ID:           id,
+		ResetSeconds: res.Duration.Seconds(),
+		ResetMS:      res.Duration.Milliseconds(),
+	})
+	return nil
+}
+
+func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
+	id := vmID(r)
+	var body ExecRequest
+	if err := decodeJSON(w, r, &body, maxExecBody); err != nil {
+		return err
+	}
+	req, err := execRequest(body)
+	if err != nil {
+		return err
+	}
+	res, err := s.farm.Exec(r.Context(), id, req)
+	if err != nil {
+		return err
+	}
+	out := ExecResponse{ExitCode: res.ExitCode, Signal: res.Signal, Truncated: res.Truncated}
+	out.Stdout, out.StdoutB64 = textOrBase64(res.Stdout)
+	out.Stderr, out.StderrB64 = textOrBase64(res.Stderr)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// execRequest validates an exec body and turns it into a vmm.ExecRequest.
+func execRequest(b ExecRequest) (vmm.ExecRequest, error) {
+	var req vmm.ExecRequest
+	if len(b.Argv) == 0 || b.Argv[0] == "" {
+		return req, invalidf("argv", "must name a program: argv is empty")
+	}
+	for i, a := range b.Argv {
+		if strings.ContainsRune(a, 0) {
+			return req, invalidf("argv", "argv[%d] contains a NUL byte", i)
+		}
+	}
+	for i, e := range b.Env {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || k == "" || strings.ContainsRune(e, 0) {
+			return req, invalidf("env", "env[%d] %q is not KEY=VALUE", i, e)
+		}
+	}
+	switch {
+	case b.Stdin != "" && b.StdinB64 != "":
+		return req, invalidf("stdin_b64", "give stdin or stdin_b64, not both")
+	case b.StdinB64 != "":
+		stdin, err := base64.StdEncoding.DecodeString(b.StdinB64)
+		if err != nil {
+			return req, invalidf("stdin_b64", "not standard base64: %v", err)
+		}
+		req.Stdin = stdin
+	case b.Stdin != "":
+		req.Stdin = []byte(b.Stdin)
+	}
+	if len(req.Stdin) > vmm.MaxFileSize {
+		field := "stdin"
+		if b.StdinB64 != "" {
+			field = "stdin_b64"
+		}
+		return req, &FieldError{Field: field, Err: vmm.ErrTooLarge,
+			Msg: fmt.Sprintf("%d bytes of stdin exceed the limit of %d", len(req.Stdin), vmm.MaxFileSize)}
+	}
+	if b.TimeoutS < 0 || b.TimeoutS > MaxExecTimeout {
+		return req, invalidf("timeout_s", "must be in (0, %d] seconds, got %g", MaxExecTimeout, b.TimeoutS)
+	}
+	req.Argv = b.Argv
+	req.Env = b.Env
+	req.Timeout = time.Duration(b.TimeoutS * float64(time.Second))
+	return req, nil
+}
+
+// textOrBase64 returns b as text when it is valid UTF-8 and as base64 otherwise.
+func textOrBase64(b []byte) (text, b64 string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return "", base64.StdEncoding.EncodeToString(b)
+}
+
+func (s *server) readFile(w http.ResponseWriter, r *http.Request) error {
+	id := vmID(r)
+	path, err := guestPath(r)
+	if err != nil {
+		return err
+	}
+	data, err := s.farm.ReadFile(r.Context(), id, path)
+	if err != nil {
+		return err
+	}
+	if len(data) > vmm.MaxFileSize {
+		return fmt.Errorf("read %s from vm %s: %d bytes: %w", path, id, len(data), vmm.ErrTooLarge)
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		w.Write(data) //nolint:errcheck // the client went away; nothing to tell it
+	}
+	return nil
+}
+
+func (s *server) writeFile(w http.ResponseWriter, r *http.Request) error {
+	id := vmID(r)
+	path, err := guestPath(r)
+	if err != nil {
+		return err
+	}
+	mode := uint64(0o644)
+	if m := r.URL.Query().Get("mode"); m != "" {
+		mode, err = strconv.ParseUint(m, 8, 32)
+		if err != nil || mode > 0o7777 {
+			return invalidf("mode", "%q is not an octal file mode like 0644", m)
+		}
+	}
+	if r.ContentLength > vmm.MaxFileSize {
+		return tooLargeBody(r.ContentLength, vmm.MaxFileSize)
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, vmm.MaxFileSize))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLargeBody(-1, vmm.MaxFileSize)
+		}
+		return fmt.Errorf("read upload for %s on vm %s: %w", path, id, err)
+	}
+	if err := s.farm.WriteFile(r.Context(), id, path, data, uint32(mode)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// guestPath returns the "path" query parameter, which must be absolute.
+func guestPath(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	switch {
+	case p == "":
+		return "", invalidf("path", "required: ?path=/absolute/path/in/guest")
+	case !strings.HasPrefix(p, "/"):
+		return "", invalidf("path", "%q is not absolute", p)
+	case strings.ContainsRune(p, 0):
+		return "", invalidf("path", "contains a NUL byte")
+	}
+	return p, nil
+}
+
+// vmID returns the {id} path value and notes it for the request log.
+func vmID(r *http.Request) string {
+	id := r.PathValue("id")
+	noteVM(r, id)
+	return id
+}
+
+func tooLargeBody(n, limit int64) error {
+	msg := fmt.Sprintf("request body exceeds the limit of %d bytes", limit)
+	if n >= 0 {
+		msg = fmt.Sprintf("request body of %d bytes exceeds the limit of %d", n, limit)
+	}
+	return &httpError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge, msg: msg}
+}
+
+// decodeJSON reads one JSON object of at most limit bytes into v, refusing
+// unknown fields and trailing data.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		return tooLargeBody(r.ContentLength, limit)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, limit)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLargeBody(-1, limit)
+		}
+		return badJSON("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into one that names the problem.
+func jsonError(err error, limit int64) error {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return tooLargeBody(-1, limit)
+	}
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return badJSON(fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se))
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			return badJSON(fmt.Sprintf("expected a JSON object, got %s", te.Value))
+		}
+		return invalidf(te.Field, "must be of type %s, got %s", jsonType(te.Type), te.Value)
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		return badJSON("empty body: expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badJSON("truncated JSON: the body ends inside the object")
+	}
+	// encoding/json has no type for this one; its text is stable since Go 1.10.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if n, uerr := strconv.Unquote(name); uerr == nil {
+			name = n
+		}
+		return invalidf(name, "unknown field")
+	}
+	return badJSON(err.Error())
+}
+
+// jsonType names a Go type in JSON's terms.
+func jsonType(t reflect.Type) string {
+	if t == nil {
+		return "value"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	}
+	return t.String()
+}
+
+func badJSON(msg string) error {
+	return &httpError{status: http.StatusBadRequest, code: CodeBadJSON, msg: msg}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away; nothing to tell it
+}
+
+// writeError sends err as an ErrorResponse and notes it for the request log.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := classify(err)
+	if status == statusClientClosed && r.Context().Err() == nil {
+		// Canceled, but not by this client: the farm is going away.
+		status, body.Code = http.StatusInternalServerError, CodeInternal
+	}
+	if info := infoFrom(r); info != nil {
+		info.err = err
+		info.code = body.Code
+	}
+	if status == statusClientClosed {
+		return // nobody to answer
+	}
+	writeJSON(w, status, ErrorResponse{Error: body})
+}
