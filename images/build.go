@@ -45,6 +45,9 @@ func (s *Store) Build(ctx context.Context, name string, force bool) (Image, erro
 	if err := s.checkName(name); err != nil {
 		return Image{}, fmt.Errorf("build image: %w", err)
 	}
+	if err := context.Cause(ctx); err != nil {
+		return Image{}, fmt.Errorf("build image %s: %w", name, err)
+	}
 	log := s.log().With("op", "build", "image", name)
 	if err := os.MkdirAll(s.imagesDir(), 0o755); err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", name, err)
@@ -83,7 +86,7 @@ func (s *Store) Build(ctx context.Context, name string, force bool) (Image, erro
 	if err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", name, err)
 	}
-	hash, err := hashRecipe(s.fsys(), name, prep.Extra)
+	hash, err := hashRecipe(s.fsys(), name, s.hashInputs(name))
 	if err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", name, err)
 	}

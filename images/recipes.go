@@ -89,7 +89,35 @@ func recipeFiles(fsys fs.FS, name string) ([]string, error) {
 // files, such as the tiny image's init binary.
 type hashInput struct {
 	Name string // stable name used in the hash, not the path
-	Path string
+	Path string // read when Data is nil
+	Data []byte
+}
+
+// tinySource is the Go source of tiny's init, embedded so that the tiny
+// recipe's hash is known without a source tree or a compiler: Get must be
+// cheap and work in an installed binary. Only Build compiles it.
+//
+//go:embed tiny/init/*.go tiny/screen/*.go
+var tinySource embed.FS
+
+// sourceInputs are the hash inputs of a recipe beyond its own files.
+func sourceInputs(name string) []hashInput {
+	if name != "tiny" {
+		return nil
+	}
+	var in []hashInput
+	_ = fs.WalkDir(tinySource, "tiny", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		data, err := tinySource.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		in = append(in, hashInput{Name: p, Data: data})
+		return nil
+	})
+	return in
 }
 
 // hashRecipe returns the hex SHA-256 over the recipe's files (names and
@@ -113,9 +141,12 @@ func hashRecipe(fsys fs.FS, name string, extra []hashInput) (string, error) {
 	sorted := append([]hashInput(nil), extra...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, in := range sorted {
-		data, err := os.ReadFile(in.Path)
-		if err != nil {
-			return "", fmt.Errorf("hash recipe %s: input %s: %w", name, in.Name, err)
+		data := in.Data
+		if data == nil {
+			var err error
+			if data, err = os.ReadFile(in.Path); err != nil {
+				return "", fmt.Errorf("hash recipe %s: input %s: %w", name, in.Name, err)
+			}
 		}
 		writeHashEntry(h, "input", in.Name, data)
 	}
@@ -156,8 +187,7 @@ func extractRecipe(fsys fs.FS, name, dir string) error {
 
 // prepared is what a recipe's host-side preparation produced.
 type prepared struct {
-	Env   []string    // extra environment for build.sh, "K=V"
-	Extra []hashInput // extra inputs of the recipe hash
+	Env []string // extra environment for build.sh, "K=V"
 }
 
 // preparer builds a recipe's host-side inputs into the work dir.
@@ -191,8 +221,7 @@ func prepareTiny(ctx context.Context, s *Store, workDir string) (prepared, error
 			strings.Join(args, " "), src, err, bytes.TrimSpace(output))
 	}
 	return prepared{
-		Env:   []string{"DESKFARM_TINY_INIT=" + out},
-		Extra: []hashInput{{Name: "init", Path: out}},
+		Env: []string{"DESKFARM_TINY_INIT=" + out},
 	}, nil
 }
 
@@ -236,7 +265,10 @@ func (s *Store) sourceDir() (string, error) {
 // findModuleRoot walks up from dir to the directory whose go.mod declares
 // the deskfarm module.
 func findModuleRoot(dir string) (string, bool) {
-	dir = filepath.Clean(dir)
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", false
+	}
 	for {
 		if isModuleRoot(dir) {
 			return dir, true

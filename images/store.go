@@ -136,26 +136,24 @@ func (s *Store) prepare(ctx context.Context, name, workDir string) (prepared, er
 	return prepared{}, nil
 }
 
-// Hash returns the current hash of recipe name. For tiny this builds the
-// init binary (the Go build cache makes repeats quick).
+// Hash returns the current hash of recipe name: its files, and for tiny the
+// embedded source of its init.
 func (s *Store) Hash(name string) (string, error) {
 	if err := s.checkName(name); err != nil {
 		return "", fmt.Errorf("hash image: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "deskfarm-hash-"+name+"-")
-	if err != nil {
-		return "", fmt.Errorf("hash image %s: %w", name, err)
-	}
-	defer os.RemoveAll(tmp)
-	p, err := s.prepare(context.Background(), name, tmp)
-	if err != nil {
-		return "", fmt.Errorf("hash image %s: %w", name, err)
-	}
-	h, err := hashRecipe(s.fsys(), name, p.Extra)
+	h, err := hashRecipe(s.fsys(), name, s.hashInputs(name))
 	if err != nil {
 		return "", fmt.Errorf("hash image %s: %w", name, err)
 	}
 	return h, nil
+}
+
+func (s *Store) hashInputs(name string) []hashInput {
+	if s.recipes != nil { // test recipes have no embedded source
+		return nil
+	}
+	return sourceInputs(name)
 }
 
 // Get returns the cached image for the current hash of recipe name:

@@ -2,7 +2,6 @@ package vmm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -21,12 +20,24 @@ type agent struct {
 // agentCallTimeout bounds one agent round trip; long work (exec) polls.
 const agentCallTimeout = 10 * time.Second
 
+// agentReconnectWait bounds retries while libvirt's agent link is down.
+const agentReconnectWait = 3 * time.Second
+
 func (a *agent) run(name string, args, out any) error {
-	cmd, err := encodeAgentCommand(name, args)
-	if err != nil {
-		return err
+	return a.runArgs(name, func() any { return args }, out)
+}
+
+// runArgs is run with the arguments made afresh for each attempt, for
+// commands whose arguments go stale while retrying (guest-set-time).
+func (a *agent) runArgs(name string, args func() any, out any) error {
+	reply, err := a.attempt(name, args())
+	// After a RAM restore libvirt drops and re-opens its agent connection
+	// (seen for up to ~1 s here); a command in that window is retried rather
+	// than failed, within agentReconnectWait.
+	for deadline := time.Now().Add(agentReconnectWait); err != nil && notConnected(err) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		reply, err = a.attempt(name, args())
 	}
-	reply, err := a.hv.agentCommand(a.dom, cmd, agentCallTimeout)
 	if err != nil {
 		return fmt.Errorf("agent %s on vm %s: %w: %w", name, a.vm, ErrAgent, err)
 	}
@@ -36,27 +47,33 @@ func (a *agent) run(name string, args, out any) error {
 	return nil
 }
 
+func (a *agent) attempt(name string, args any) (string, error) {
+	cmd, err := encodeAgentCommand(name, args)
+	if err != nil {
+		return "", err
+	}
+	return a.hv.agentCommand(a.dom, cmd, agentCallTimeout)
+}
+
 // notConnected reports the transient state right after boot or a RAM restore
 // when libvirt has not yet seen the guest side of the agent channel open.
 func notConnected(err error) bool {
-	switch libvirtCode(err) {
-	case libvirt.ErrAgentUnresponsive, libvirt.ErrAgentUnsynced, libvirt.ErrAgentCommandTimeout:
-		return true
-	}
-	return err != nil && strings.Contains(err.Error(), "not connected")
+	return err != nil && libvirtCode(err) == libvirt.ErrAgentUnresponsive && strings.Contains(err.Error(), "not connected")
 }
 
 // waitReady pings until the agent answers or ctx ends. Retrying is bounded by
 // ctx: callers pass the budget they can afford.
-func (a *agent) waitReady(ctx context.Context) error {
+func (a *agent) waitReady(ctx context.Context, died func() error) error {
 	delay := 20 * time.Millisecond
 	for {
+		// Each ping retries through "not connected" for agentReconnectWait;
+		// during boot the agent may also time out or not be started yet.
 		err := a.ping()
 		if err == nil {
 			return nil
 		}
-		if !notConnected(err) && !errors.Is(err, ErrAgent) {
-			return err
+		if derr := died(); derr != nil {
+			return derr
 		}
 		select {
 		case <-ctx.Done():
@@ -72,8 +89,8 @@ func (a *agent) waitReady(ctx context.Context) error {
 func (a *agent) ping() error { return a.run("guest-ping", nil, nil) }
 
 // setTime sets the guest clock; after a RAM restore it is back at snapshot time.
-func (a *agent) setTime(t time.Time) error {
-	return a.run("guest-set-time", map[string]int64{"time": t.UnixNano()}, nil)
+func (a *agent) setTime() error {
+	return a.runArgs("guest-set-time", func() any { return map[string]int64{"time": time.Now().UnixNano()} }, nil)
 }
 
 func (a *agent) execStart(req ExecRequest) (int, error) {

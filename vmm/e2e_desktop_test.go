@@ -3,6 +3,7 @@ package vmm_test
 import (
 	"context"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,7 @@ func TestE2EDesktop(t *testing.T) {
 	}
 
 	// A deskfarm restart finds the VM again, without duplicating it.
+	before := deskfarmDomains(t)
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +104,8 @@ func TestE2EDesktop(t *testing.T) {
 	if len(vms) != 1 || vms[0].ID != vm.ID || vms[0].State != vmm.StateReady {
 		t.Fatalf("after restart: %+v", vms)
 	}
-	n := 0
-	for _, d := range strings.Fields(virsh(t, "list", "--all", "--name")) {
-		if strings.HasPrefix(d, vmm.DomainPrefix) {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Fatalf("%d deskfarm domains after restart, want 1", n)
+	if after := deskfarmDomains(t); after != before {
+		t.Fatalf("deskfarm domains before restart %q, after %q", before, after)
 	}
 	if res := mustExec(t, m2, vm.ID, "true"); res.ExitCode != 0 {
 		t.Fatal("exec after restart failed")
@@ -123,4 +119,16 @@ func TestE2EDesktop(t *testing.T) {
 	if _, err := os.Stat(vm.VNCSocket); !os.IsNotExist(err) {
 		t.Fatalf("vnc socket left: %v", err)
 	}
+}
+
+// deskfarmDomains lists the deskfarm domains libvirt has, sorted.
+func deskfarmDomains(t *testing.T) string {
+	var names []string
+	for _, d := range strings.Fields(virsh(t, "list", "--all", "--name")) {
+		if strings.HasPrefix(d, vmm.DomainPrefix) {
+			names = append(names, d)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, " ")
 }

@@ -1,7 +1,6 @@
 package vmm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +26,6 @@ type hypervisor interface {
 	monitorHMP(d libvirt.Domain, cmd string) (string, error)
 	agentCommand(d libvirt.Domain, cmd string, timeout time.Duration) (string, error)
 	hostInfo() (memKiB uint64, cpus int, err error)
-	screenshot(d libvirt.Domain) ([]byte, error)
 }
 
 // libvirtConn is a hypervisor over go-libvirt that reconnects when libvirtd
@@ -203,14 +201,6 @@ func (c *libvirtConn) hostInfo() (uint64, int, error) {
 		return info{mem, int(cpus)}, err
 	})
 	return i.mem, i.cpus, err
-}
-
-func (c *libvirtConn) screenshot(d libvirt.Domain) ([]byte, error) {
-	return call(c, func(l *libvirt.Libvirt) ([]byte, error) {
-		var b bytes.Buffer
-		_, err := l.DomainScreenshot(d, &b, 0, 0)
-		return b.Bytes(), err
-	})
 }
 
 // libvirtCode returns the libvirt error number in err, or -1.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -87,7 +88,17 @@ func (m *Manager) adopt(d libvirt.Domain) (mc *machine, why string, ours bool) {
 	if _, err := os.Stat(filepath.Join(md.Dir, "disk.qcow2")); err != nil {
 		return nil, "overlay missing: " + err.Error(), true
 	}
-	return &machine{meta: md, dom: d,
+	mc = &machine{meta: md, dom: d,
 		agent: &agent{hv: m.hv, dom: d, vm: md.ID},
-		mon:   &monitor{hv: m.hv, dom: d, vm: md.ID}}, "", true
+		mon:   &monitor{hv: m.hv, dom: d, vm: md.ID}}
+	// The session channel is how resets set the clock; without it they fall
+	// back to the slower guest agent, so a failure here is not fatal.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if s, err := dialSession(ctx, md.ID, filepath.Join(md.Dir, "session.sock"), func() error { return nil }); err == nil {
+		mc.session = s
+	} else {
+		m.log.Warn("session channel unavailable after restart", "vm", md.ID, "op", "recover", "err", err)
+	}
+	return mc, "", true
 }

@@ -56,6 +56,35 @@ masked_units=(
 	ldconfig.service systemd-hwdb-update.service systemd-update-done.service
 	# getty on the serial console (console=ttyS0 is for logs only).
 	serial-getty@ttyS0.service
+	# Early-boot work for features this VM does not use: device mapper,
+	# loop devices, FUSE, pstore, debugfs, hugepages, binfmt_misc.
+	modprobe@dm_mod.service modprobe@loop.service modprobe@fuse.service
+	modprobe@efi_pstore.service systemd-pstore.service
+	sys-kernel-debug.mount sys-kernel-tracing.mount dev-hugepages.mount
+	systemd-binfmt.service proc-sys-fs-binfmt_misc.automount
+	modprobe@drm.service modprobe@configfs.service sys-kernel-config.mount
+	dev-mqueue.mount
+	# Users exist already; the kernel mounts root read-write (cmdline rw).
+	systemd-sysusers.service systemd-remount-fs.service
+	# Boot records in utmp/wtmp (both on the way to sysinit.target), and the
+	# random seed file, which every VM cloned from this image would share.
+	systemd-update-utmp.service systemd-update-utmp-runlevel.service
+	systemd-random-seed.service
+	# The per-user systemd manager: the session needs no user units (its
+	# D-Bus comes from dbus-launch), and logind holds the login until the
+	# manager is up (2-3 s under TCG).
+	user@.service
+)
+
+# systemd generators for things this VM does not have (encrypted, verity
+# or GPT-discovered disks, hibernation, SysV scripts, rc.local, serial
+# gettys): each costs an exec early in boot.
+masked_generators=(
+	systemd-cryptsetup-generator systemd-gpt-auto-generator
+	systemd-hibernate-resume-generator systemd-integritysetup-generator
+	systemd-veritysetup-generator systemd-rc-local-generator
+	systemd-sysv-generator systemd-system-update-generator
+	systemd-run-generator systemd-debug-generator systemd-getty-generator
 )
 
 # Kernel driver trees for hardware a QEMU desktop VM never has (about
@@ -126,6 +155,9 @@ chmod 0755 "$root/usr/sbin/policy-rc.d"
 # Before the kernel package: its postinst builds the initramfs with these.
 put 0644 initramfs.conf /etc/initramfs-tools/conf.d/deskfarm
 put 0755 initramfs-hook /etc/initramfs-tools/hooks/deskfarm
+put 0755 initramfs-no-udev /etc/initramfs-tools/scripts/init-top/udev
+put 0755 initramfs-no-udev /etc/initramfs-tools/scripts/init-bottom/udev
+put 0644 modprobe-blacklist.conf /etc/modprobe.d/deskfarm-blacklist.conf
 in_root apt-get -q update
 in_root apt-get -q -y -o Dpkg::Use-Pty=0 install "${packages[@]}"
 
@@ -146,6 +178,8 @@ put 0644 xorg.conf /etc/X11/xorg.conf.d/10-deskfarm.conf
 put 0755 deskfarm-session /usr/local/bin/deskfarm-session
 put 0755 deskfarm-autostart /usr/local/bin/deskfarm-autostart
 put 0755 deskfarm-screen /usr/local/bin/deskfarm-screen
+put 0755 deskfarm-guestd /usr/local/bin/deskfarm-guestd
+put 0644 deskfarm-guestd.service /etc/systemd/system/deskfarm-guestd.service
 
 home=/home/user
 put 0644 bash_profile $home/.bash_profile
@@ -161,7 +195,12 @@ mkdir -p "$root$home/Desktop"
 in_root chown -R user:user $home
 
 in_root systemctl mask "${masked_units[@]}"
+mkdir -p "$root/etc/systemd/system-generators"
+for g in "${masked_generators[@]}"; do
+	ln -sf /dev/null "$root/etc/systemd/system-generators/$g"
+done
 in_root systemctl set-default multi-user.target
+in_root systemctl enable deskfarm-guestd.service
 
 # The kernel's postinst built the initramfs with the hook above; check it.
 kver=$(basename "$(ls -d "$root"/lib/modules/*)")
@@ -188,6 +227,13 @@ rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
 find "$root/usr/share/doc" -type f ! -name copyright -delete
 find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
 find "$root/var/log" -type f -exec truncate -s 0 {} +
+# mkfs.ext4 -d keeps whole seconds of timestamps only, while fontconfig's
+# caches record the font directories' mtimes to the nanosecond: truncate
+# those and rebuild the caches, or every session rebuilds them at login
+# (seconds of CPU under TCG).
+find "$root/usr/share/fonts" "$root/usr/local/share/fonts" -type d 2>/dev/null |
+	while read -r d; do touch -m -d "@$(stat -c %Y "$d")" "$d"; done
+in_root fc-cache -s -f
 unmount_all
 
 step 5 "make the ext4 file system"

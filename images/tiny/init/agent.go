@@ -19,7 +19,8 @@ var children = struct {
 	exited map[int]chan syscall.WaitStatus
 }{exited: map[int]chan syscall.WaitStatus{}}
 
-func init() {
+// startReaper collects exited children whenever SIGCHLD arrives.
+func startReaper() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, unix.SIGCHLD)
 	go func() {
@@ -47,15 +48,26 @@ func reap() {
 	}
 }
 
-// startChild starts argv[0] with stdio on the console and returns a channel
-// that receives its exit status.
+// startChild starts argv[0] with stdin on /dev/null and stdout and stderr
+// on the console, and returns a channel that receives its exit status.
 func startChild(argv []string) (int, <-chan syscall.WaitStatus, error) {
+	null, err := os.Open("/dev/null")
+	if err != nil {
+		return 0, nil, err
+	}
+	defer null.Close()
+	out, err := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		out = null
+	} else {
+		defer out.Close()
+	}
 	children.Lock()
 	defer children.Unlock()
 	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2},
+		Files: []uintptr{null.Fd(), out.Fd(), out.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {

@@ -51,6 +51,7 @@ type fbFixScreenInfo struct {
 	Reserved                       [2]uint16
 }
 
+// The kernel's struct sizes; the build fails if the Go layouts differ.
 var (
 	_ = [1]struct{}{}[unsafe.Sizeof(fbVarScreenInfo{})-160]
 	_ = [1]struct{}{}[unsafe.Sizeof(fbFixScreenInfo{})-80]
@@ -58,7 +59,7 @@ var (
 
 // framebuffer is /dev/fb0 mapped into memory.
 type framebuffer struct {
-	fd            int
+	fd            int // -1 for a framebuffer in plain memory (tests)
 	mem           []byte
 	width, height int
 	stride        int // bytes per line (line_length)
@@ -176,6 +177,9 @@ func (fb *framebuffer) flush(img *image.RGBA, r image.Rectangle) {
 				dst[j+k] = byte(px >> (8 * k))
 			}
 		}
+	}
+	if fb.fd < 0 {
+		return
 	}
 	if err := unix.Fsync(fb.fd); err != nil && !errors.Is(err, unix.EINVAL) {
 		logf("fsync framebuffer: %v", err)

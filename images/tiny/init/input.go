@@ -35,6 +35,7 @@ const (
 	eviocgbit   = 0x20 // EVIOCGBIT(ev, len) number base
 	eviocgabs   = 0x40 // EVIOCGABS(abs) number base
 	eviocgname  = 0x06
+	eviocsrep   = 1<<30 | 8<<16 | 'E'<<8 | 0x03 // _IOW('E', 0x03, unsigned int[2])
 	iocRead     = 2
 	absInfoSize = 24
 )
@@ -209,6 +210,14 @@ func openDevice(path string) (*device, error) {
 		if ioctlPtr(fd, eviocg(eviocgbit+evKey, uintptr(len(keys))), unsafe.Pointer(&keys[0])) == nil {
 			d.keyboard = has(keys, keyA)
 		}
+		if d.keyboard {
+			// No kernel autorepeat: a key held while the guest is slow
+			// must not type more than the host sent.
+			var rep [2]uint32 // delay, period
+			if err := ioctlPtr(fd, eviocsrep, unsafe.Pointer(&rep[0])); err != nil {
+				logf("input %s: turning autorepeat off: %v", path, err)
+			}
+		}
 	}
 	if has(types[:], evAbs) {
 		for axis := 0; axis < 2; axis++ {
@@ -228,11 +237,12 @@ func openDevice(path string) (*device, error) {
 // model applies input frames to the screen and the input log. It owns the
 // canvas, the keyboard state and the pointer position.
 type model struct {
-	events chan frame
-	canvas *screen.Canvas
-	fb     *framebuffer
-	log    *os.File
-	kb     screen.Keyboard
+	events   chan frame
+	canvas   *screen.Canvas
+	fb       *framebuffer // nil: draw off-screen only
+	log      *os.File     // the input log; nil if it cannot be opened
+	textPath string
+	kb       screen.Keyboard
 
 	abs     map[*device][2]int32
 	pos     image.Point
@@ -240,18 +250,28 @@ type model struct {
 	text    string
 }
 
-func newModel(c *screen.Canvas, fb *framebuffer) *model {
-	f, err := os.OpenFile(screen.InputLogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+func newModel(c *screen.Canvas, fb *framebuffer, logPath, textPath string) *model {
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		logf("input log: %v", err)
+		f = nil
 	}
-	writeFile(screen.TextPath, "")
-	return &model{events: make(chan frame, 64), canvas: c, fb: fb, log: f, abs: map[*device][2]int32{}}
+	writeFile(textPath, "")
+	return &model{events: make(chan frame, 64), canvas: c, fb: fb, log: f, textPath: textPath, abs: map[*device][2]int32{}}
 }
 
+// run applies frames as they come. A frame that makes apply panic is
+// reported and skipped: PID 1 must not die.
 func (m *model) run() {
 	for f := range m.events {
-		m.apply(f)
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					logf("input frame %v from %s: panic: %v", f.events, f.dev.path, r)
+				}
+			}()
+			m.apply(f)
+		}()
 	}
 }
 
@@ -334,7 +354,7 @@ func (m *model) apply(f frame) {
 	}
 	if t := m.canvas.Text(); t != m.text {
 		m.text = t
-		writeFile(screen.TextPath, t)
+		writeFile(m.textPath, t)
 	}
 }
 

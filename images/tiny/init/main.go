@@ -63,6 +63,7 @@ func main() {
 func boot() {
 	setupMounts()
 	handleSignals()
+	startReaper()
 	logf("starting at %.2fs", uptime())
 	_ = os.MkdirAll(stateDir, 0o755)
 	os.Setenv("PATH", guestPath)
@@ -100,7 +101,7 @@ func boot() {
 		logf("screen is %dx%d, kernel command line asks for %dx%d", sz.X, sz.Y, w, h)
 	}
 
-	m := newModel(c, fb)
+	m := newModel(c, fb, screen.InputLogPath, screen.TextPath)
 	devs := newDeviceSet(m.events)
 	go devs.scan()
 	go m.run()

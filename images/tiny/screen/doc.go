@@ -30,7 +30,9 @@
 // x*0x7fff/n ([AbsFromPixel]), where n is the width of its server surface
 // (the guest width rounded up to a multiple of 16, at most 2560) or the
 // height (at most 2048); see [VNCExtent]. [Pointer] inverts that exactly, so
-// a VNC click at (x, y) lands on pixel (x, y).
+// a VNC click at (x, y) lands on pixel (x, y). Positions a VNC client can
+// send beyond the guest width (up to the rounded-up width) clamp to the last
+// column.
 //
 // # Input log
 //
@@ -39,7 +41,8 @@
 //
 //	key down CODE NAME       evdev key press, e.g. "key down 42 leftshift"
 //	key up CODE NAME         release
-//	key repeat CODE NAME     kernel autorepeat (types nothing)
+//	key repeat CODE NAME     kernel autorepeat; types nothing, and the guest
+//	                         turns autorepeat off, so it does not occur
 //	motion X Y               pointer moved to pixel (X, Y); one line per
 //	                         event frame (SYN_REPORT) in which it moved
 //	button down NAME X Y     NAME is left, middle, right, side or extra
@@ -51,7 +54,9 @@
 //	backspace                BackSpace typed
 //
 // CODE is the decimal evdev key code and NAME its lower-case name without
-// the KEY_ prefix ([KeyName]). Within a frame, motion comes first, so a
+// the KEY_ prefix ([KeyName]). The pointer starts at (0, 0); "motion" is
+// logged only when the pixel changes, and a VNC client's press without
+// motion logs only the "button" line. Within a frame, motion comes first, so a
 // button line carries the position of the same frame. "char", "newline" and
 // "backspace" follow the "key down" line that caused them.
 // [KeyLine], [ButtonLine], [MotionLine], [WheelLine] and [TypedLine] format

@@ -1,0 +1,530 @@
+package actions
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ClaudeVersion is the type of a Claude computer-use tool, which fixes the
+// actions its input may hold.
+type ClaudeVersion string
+
+// Claude computer-use tool versions (anthropics/claude-quickstarts,
+// computer-use-demo/computer_use_demo/tools/computer.py).
+const (
+	Computer20241022 ClaudeVersion = "computer_20241022"
+	Computer20250124 ClaudeVersion = "computer_20250124"
+	Computer20251124 ClaudeVersion = "computer_20251124"
+)
+
+// ClaudeVersions lists the supported versions, oldest first.
+var ClaudeVersions = []ClaudeVersion{Computer20241022, Computer20250124, Computer20251124}
+
+var claudeActions20241022 = []string{
+	"key", "type", "mouse_move", "left_click", "left_click_drag", "right_click",
+	"middle_click", "double_click", "screenshot", "cursor_position",
+}
+
+var claudeActions20250124 = append(slices.Clone(claudeActions20241022),
+	"left_mouse_down", "left_mouse_up", "scroll", "hold_key", "wait", "triple_click")
+
+var claudeActions20251124 = append(slices.Clone(claudeActions20250124), "zoom")
+
+// Actions returns the action names the version accepts, or nil for an
+// unknown version.
+func (v ClaudeVersion) Actions() []string {
+	switch v {
+	case Computer20241022:
+		return slices.Clone(claudeActions20241022)
+	case Computer20250124:
+		return slices.Clone(claudeActions20250124)
+	case Computer20251124:
+		return slices.Clone(claudeActions20251124)
+	}
+	return nil
+}
+
+// addedIn returns the first version that has action, or "".
+func addedIn(action string) ClaudeVersion {
+	for _, v := range ClaudeVersions {
+		if slices.Contains(v.Actions(), action) {
+			return v
+		}
+	}
+	return ""
+}
+
+// ClaudeTool is a computer-use tool definition for the Messages API's tools
+// list, sized to the session's screenshots.
+type ClaudeTool struct {
+	Type            ClaudeVersion `json:"type"`
+	Name            string        `json:"name"` // always "computer"
+	DisplayWidthPx  int           `json:"display_width_px"`
+	DisplayHeightPx int           `json:"display_height_px"`
+	DisplayNumber   *int          `json:"display_number,omitempty"`
+	EnableZoom      bool          `json:"enable_zoom,omitempty"` // computer_20251124
+}
+
+// NewClaudeTool returns the tool definition of version for screenshots of
+// the scaler's size.
+func NewClaudeTool(v ClaudeVersion, s *Scaler) ClaudeTool {
+	w, h := s.ScreenshotSize()
+	return ClaudeTool{Type: v, Name: "computer", DisplayWidthPx: w, DisplayHeightPx: h,
+		EnableZoom: v == Computer20251124}
+}
+
+// claudeFields are the input fields of the computer tool.
+var claudeFields = []string{
+	"action", "coordinate", "duration", "region", "scroll_amount", "scroll_direction",
+	"start_coordinate", "text",
+}
+
+// claudeSpec says which fields an action takes: required, optional (from
+// which version), anything else is refused.
+type claudeSpec struct {
+	required []string
+	optional []string
+	// since20250124 are optional fields the 2024-10-22 tool does not take
+	// (clicks took neither a coordinate nor modifiers then).
+	since20250124 []string
+}
+
+var claudeSpecs = map[string]claudeSpec{
+	"key":             {required: []string{"text"}},
+	"type":            {required: []string{"text"}},
+	"mouse_move":      {required: []string{"coordinate"}},
+	"left_click":      {since20250124: []string{"coordinate", "text"}},
+	"right_click":     {since20250124: []string{"coordinate", "text"}},
+	"middle_click":    {since20250124: []string{"coordinate", "text"}},
+	"double_click":    {since20250124: []string{"coordinate", "text"}},
+	"triple_click":    {since20250124: []string{"coordinate", "text"}},
+	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}},
+	"screenshot":      {},
+	"cursor_position": {},
+	"left_mouse_down": {},
+	"left_mouse_up":   {},
+	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}},
+	"hold_key":        {required: []string{"text", "duration"}},
+	"wait":            {required: []string{"duration"}},
+	"zoom":            {required: []string{"region"}},
+}
+
+// claudeInput is the decoded tool input: field name to raw JSON, JSON nulls
+// dropped (the demo treats None as absent).
+type claudeInput map[string]json.RawMessage
+
+// TranslateClaude turns one input of a Claude computer-use tool into neutral
+// actions. The input is the tool_use block's "input" object, e.g.
+// {"action":"left_click","coordinate":[100,200],"text":"ctrl"}.
+//
+// Each version accepts only its own actions (zoom only in computer_20251124,
+// scroll, hold_key, wait, triple_click and left_mouse_down/up from
+// computer_20250124). Every field is checked: a missing required field, a
+// field the action does not take, a coordinate that is not two non-negative
+// integers, an unknown scroll_direction, a duration outside (0, 100] s and
+// unknown key names are errors (*FieldError, wrapping ErrInvalid) that name
+// the field and say what is accepted. Coordinates are checked against the
+// screenshot size when the actions run.
+//
+// Mapping:
+//   - key: text is xdotool syntax; several chords separated by spaces
+//     ("ctrl+a Delete") become one key action each, as xdotool plays them.
+//   - left/right/middle/double/triple_click: click; coordinate (from
+//     computer_20250124) moves first, text holds modifiers ("ctrl+shift") during
+//     the click. computer_20241022 clicks where the pointer is and takes
+//     neither.
+//   - left_click_drag: drag from start_coordinate to coordinate. In
+//     computer_20241022, whose schema had no start_coordinate, it may be
+//     left out and the drag starts where the pointer is.
+//   - scroll: scroll_amount wheel clicks (1-100) in scroll_direction at
+//     coordinate (or where the pointer is) with text as modifiers.
+//   - hold_key: text (a key or chord) held for duration seconds.
+//   - left_mouse_down/up: button_down/up of left where the pointer is.
+//   - zoom: region [x0, y0, x1, y1] in screenshot coordinates, returned at the
+//     screenshot size.
+func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
+	acts, err := translateClaude(v, input)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", v, err)
+	}
+	return acts, nil
+}
+
+func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
+	accepted := v.Actions()
+	if accepted == nil {
+		names := make([]string, len(ClaudeVersions))
+		for i, cv := range ClaudeVersions {
+			names[i] = string(cv)
+		}
+		return nil, &FieldError{Field: "type", Kind: ErrUnsupportedAction,
+			Msg: fmt.Sprintf("unknown computer tool version %q; supported are %s", v, strings.Join(names, ", "))}
+	}
+	in, err := decodeClaudeInput(input)
+	if err != nil {
+		return nil, err
+	}
+	var action string
+	raw, ok := in["action"]
+	if !ok {
+		return nil, fieldErr("action", ErrUnsupportedAction, "missing; accepted actions are "+strings.Join(accepted, ", "))
+	}
+	if err := json.Unmarshal(raw, &action); err != nil {
+		return nil, fieldErr("action", ErrUnsupportedAction, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
+	}
+	if !slices.Contains(accepted, action) {
+		msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
+		if since := addedIn(action); since != "" {
+			msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
+				action, v, since, v, strings.Join(accepted, ", "))
+		}
+		return nil, fieldErr("action", ErrUnsupportedAction, msg)
+	}
+	spec := claudeSpecs[action]
+	required, optional := spec.required, spec.optional
+	switch {
+	case v != Computer20241022:
+		optional = append(slices.Clone(optional), spec.since20250124...)
+	case action == "left_click_drag":
+		required, optional = []string{"coordinate"}, []string{"start_coordinate"}
+	}
+	allowed := append(append([]string{"action"}, required...), optional...)
+	for _, f := range sortedKeys(in) {
+		if slices.Contains(allowed, f) {
+			continue
+		}
+		if !slices.Contains(claudeFields, f) {
+			msg := fmt.Sprintf("unknown field; the %s input has %s", v, strings.Join(claudeFields, ", "))
+			if f == "key" {
+				msg += " (modifiers for clicks and scrolls go in text, e.g. \"text\":\"ctrl\")"
+			}
+			return nil, fieldErr(f, nil, msg)
+		}
+		msg := fmt.Sprintf("not accepted for %s in %s (%s takes %s)", action, v, action, takesList(allowed[1:]))
+		if v == Computer20241022 && slices.Contains(spec.since20250124, f) {
+			msg = fmt.Sprintf("not accepted for %s in %s: its clicks happen where the pointer is, without "+
+				"modifiers (move first with mouse_move); %s takes a coordinate and modifiers in text from %s",
+				action, v, action, Computer20250124)
+		}
+		return nil, fieldErr(f, nil, msg)
+	}
+	for _, f := range required {
+		if _, ok := in[f]; !ok {
+			return nil, fieldErr(f, nil, fmt.Sprintf("required for %s (%s takes %s)", action, action, takesList(allowed[1:])))
+		}
+	}
+
+	var at *Point
+	if _, ok := in["coordinate"]; ok {
+		if at, err = claudeCoordinate(in, "coordinate"); err != nil {
+			return nil, err
+		}
+	}
+
+	switch action {
+	case "key":
+		text, err := claudeText(in, "text")
+		if err != nil {
+			return nil, err
+		}
+		chords := strings.Fields(text)
+		if len(chords) == 0 {
+			if text == "" {
+				return nil, fieldErr("text", ErrUnknownKey, "empty; give an xdotool key such as \"Return\" or \"ctrl+s\"")
+			}
+			chords = []string{"space"} // a bare " "
+		}
+		var acts []Action
+		for _, c := range chords {
+			keys, err := ParseChord(c)
+			if err != nil {
+				return nil, withPrefix("text", err)
+			}
+			acts = append(acts, Action{Kind: KindKey, Keys: keyNames(keys)})
+		}
+		return acts, nil
+
+	case "type":
+		text, err := claudeText(in, "text")
+		if err != nil {
+			return nil, err
+		}
+		if text == "" {
+			return nil, fieldErr("text", nil, "empty; type needs text")
+		}
+		a := TypeText(text)
+		if err := a.Validate(); err != nil {
+			return nil, err
+		}
+		return []Action{a}, nil
+
+	case "mouse_move":
+		return []Action{{Kind: KindMove, At: at}}, nil
+
+	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
+		mods, err := claudeModifiers(in)
+		if err != nil {
+			return nil, err
+		}
+		b, n := ButtonLeft, 1
+		switch action {
+		case "right_click":
+			b = ButtonRight
+		case "middle_click":
+			b = ButtonMiddle
+		case "double_click":
+			n = 2
+		case "triple_click":
+			n = 3
+		}
+		return []Action{ClickAt(at, b, n, mods...)}, nil
+
+	case "left_click_drag":
+		a := Action{Kind: KindDrag, At: at, Button: ButtonLeft}
+		if _, ok := in["start_coordinate"]; ok {
+			if a.From, err = claudeCoordinate(in, "start_coordinate"); err != nil {
+				return nil, err
+			}
+		}
+		return []Action{a}, nil
+
+	case "screenshot":
+		return []Action{Screenshot()}, nil
+
+	case "cursor_position":
+		return []Action{{Kind: KindCursorPosition}}, nil
+
+	case "left_mouse_down":
+		return []Action{{Kind: KindButtonDown, Button: ButtonLeft}}, nil
+
+	case "left_mouse_up":
+		return []Action{{Kind: KindButtonUp, Button: ButtonLeft}}, nil
+
+	case "scroll":
+		var dir string
+		if err := json.Unmarshal(in["scroll_direction"], &dir); err != nil {
+			return nil, fieldErr("scroll_direction", nil, "must be a string: up, down, left or right")
+		}
+		switch d := Direction(dir); d {
+		case ScrollUp, ScrollDown, ScrollLeft, ScrollRight:
+		default:
+			return nil, fieldErr("scroll_direction", nil, fmt.Sprintf("must be up, down, left or right, got %q", dir))
+		}
+		amount, err := claudeInt("scroll_amount", in["scroll_amount"])
+		if err != nil {
+			return nil, err
+		}
+		if amount < 1 || amount > MaxScrollAmount {
+			return nil, fieldErr("scroll_amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", MaxScrollAmount, amount))
+		}
+		mods, err := claudeModifiers(in)
+		if err != nil {
+			return nil, err
+		}
+		return []Action{{Kind: KindScroll, At: at, Direction: Direction(dir), Amount: amount, Modifiers: mods}}, nil
+
+	case "hold_key":
+		text, err := claudeText(in, "text")
+		if err != nil {
+			return nil, err
+		}
+		keys, err := ParseChord(text)
+		if err != nil {
+			return nil, withPrefix("text", err)
+		}
+		d, err := claudeDuration(in)
+		if err != nil {
+			return nil, err
+		}
+		a := Action{Kind: KindHoldKey, Keys: keyNames(keys), DurationMS: durationMS(d)}
+		if err := a.Validate(); err != nil {
+			return nil, err
+		}
+		return []Action{a}, nil
+
+	case "wait":
+		d, err := claudeDuration(in)
+		if err != nil {
+			return nil, err
+		}
+		return []Action{{Kind: KindWait, DurationMS: durationMS(d)}}, nil
+
+	case "zoom":
+		region, err := claudeInts("region", in["region"], 4)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := checkRegion(region); err != nil {
+			return nil, err
+		}
+		return []Action{{Kind: KindZoom, Region: region}}, nil
+	}
+	return nil, fieldErr("action", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", action))
+}
+
+func takesList(fs []string) string {
+	if len(fs) == 0 {
+		return "no other fields"
+	}
+	return strings.Join(fs, ", ")
+}
+
+func sortedKeys(m claudeInput) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func keyNames(keys []Key) []string {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.Name
+	}
+	return names
+}
+
+// durationMS converts seconds to whole milliseconds, at least 1.
+func durationMS(d time.Duration) int {
+	return max(1, int((d+time.Millisecond-1)/time.Millisecond))
+}
+
+func decodeClaudeInput(input []byte) (claudeInput, error) {
+	input = bytes.TrimSpace(input)
+	if len(input) == 0 || input[0] != '{' {
+		return nil, fieldErr("input", nil, "must be a JSON object such as {\"action\":\"screenshot\"}")
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(input, &m); err != nil {
+		return nil, fieldErr("input", nil, "malformed JSON object: "+err.Error())
+	}
+	in := claudeInput{}
+	for k, v := range m {
+		if string(bytes.TrimSpace(v)) != "null" {
+			in[k] = v
+		}
+	}
+	return in, nil
+}
+
+func claudeText(in claudeInput, field string) (string, error) {
+	var s string
+	if err := json.Unmarshal(in[field], &s); err != nil {
+		return "", fieldErr(field, nil, "must be a string")
+	}
+	return s, nil
+}
+
+// claudeModifiers reads the optional text of a click or scroll: modifier
+// keys held during it ("shift", "ctrl+shift").
+func claudeModifiers(in claudeInput) ([]string, error) {
+	if _, ok := in["text"]; !ok {
+		return nil, nil
+	}
+	text, err := claudeText(in, "text")
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(text) == "" {
+		return nil, nil
+	}
+	keys, err := parseModifiers([]string{text})
+	if err != nil {
+		return nil, withPrefix("text", err)
+	}
+	return keyNames(keys), nil
+}
+
+func claudeCoordinate(in claudeInput, field string) (*Point, error) {
+	v, err := claudeInts(field, in[field], 2)
+	if err != nil {
+		return nil, err
+	}
+	return &Point{X: v[0], Y: v[1]}, nil
+}
+
+// claudeInts reads an array of exactly n non-negative integers. Integral
+// numbers written with a fraction or exponent (10.0, 1e2) are accepted;
+// strings, fractions and negatives are not.
+func claudeInts(field string, raw json.RawMessage, n int) ([]int, error) {
+	shape := "[x, y]"
+	if n == 4 {
+		shape = "[x0, y0, x1, y1]"
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, fieldErr(field, nil, fmt.Sprintf("must be an array %s of %d non-negative integers, got %s", shape, n, clip(raw)))
+	}
+	if len(elems) != n {
+		return nil, fieldErr(field, nil, fmt.Sprintf("must have %d values %s, got %d", n, shape, len(elems)))
+	}
+	out := make([]int, n)
+	for i, e := range elems {
+		v, err := claudeInt(field, e)
+		if err != nil {
+			return nil, err
+		}
+		if v < 0 {
+			return nil, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative integers", i, v))
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// claudeInt reads a JSON number that must be an integer.
+func claudeInt(field string, raw json.RawMessage) (int, error) {
+	f, err := claudeNumber(field, raw)
+	if err != nil {
+		return 0, err
+	}
+	if f != math.Trunc(f) {
+		return 0, fieldErr(field, nil, fmt.Sprintf("must be an integer, got %s", clip(raw)))
+	}
+	if math.Abs(f) > 1e9 {
+		return 0, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("%s is out of range", clip(raw)))
+	}
+	return int(f), nil
+}
+
+func claudeNumber(field string, raw json.RawMessage) (float64, error) {
+	s := string(bytes.TrimSpace(raw))
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return 0, fieldErr(field, nil, fmt.Sprintf("must be a number, got %s", clip(raw)))
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fieldErr(field, nil, fmt.Sprintf("must be a number, got %s", clip(raw)))
+	}
+	return f, nil
+}
+
+// claudeDuration reads duration: seconds, greater than 0, at most 100.
+func claudeDuration(in claudeInput) (time.Duration, error) {
+	f, err := claudeNumber("duration", in["duration"])
+	if err != nil {
+		return 0, err
+	}
+	if f <= 0 || f > MaxDuration.Seconds() {
+		return 0, fieldErr("duration", nil, fmt.Sprintf("must be more than 0 and at most %g seconds, got %g", MaxDuration.Seconds(), f))
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// clip shortens raw JSON for an error message.
+func clip(raw json.RawMessage) string {
+	s := string(bytes.TrimSpace(raw))
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return s
+}

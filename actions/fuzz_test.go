@@ -1,0 +1,137 @@
+package actions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"Return", "ctrl+s", "alt+Tab", "KP_0", "Page_Down", "super", "+", "ctrl++",
+		"A", "!", "enter", "ARROWDOWN", "", " ", "ctrl+", "é", "\x00", "F24", "ctrl+shift+t", "a+b+c+d+e+f+g+h+i"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseKey(s)
+		if err == nil {
+			k2, err2 := ParseKey(k.Name)
+			if err2 != nil || k2 != k {
+				t.Fatalf("ParseKey(%q) = %+v but its name reparses to %+v, %v", s, k, k2, err2)
+			}
+			if k.Keysym == 0 || k.Scancode == 0 {
+				t.Fatalf("ParseKey(%q) = %+v without keysym or scancode", s, k)
+			}
+		} else if !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("ParseKey(%q) error %v is not ErrUnknownKey", s, err)
+		}
+		keys, err := ParseChord(s)
+		if err == nil && len(keys) == 0 {
+			t.Fatalf("ParseChord(%q) returned no keys and no error", s)
+		}
+		for _, r := range s {
+			KeyForRune(r)
+		}
+		_ = checkTypable(s)
+	})
+}
+
+func FuzzClaudeInput(f *testing.F) {
+	for _, s := range []string{
+		`{"action":"left_click","coordinate":[100,200],"text":"ctrl+shift"}`,
+		`{"action":"key","text":"ctrl+a Delete"}`,
+		`{"action":"type","text":"Hello, World! <a href=\"x\">"}`,
+		`{"action":"scroll","coordinate":[1,2],"scroll_direction":"down","scroll_amount":3}`,
+		`{"action":"left_click_drag","start_coordinate":[1,2],"coordinate":[3,4]}`,
+		`{"action":"hold_key","text":"shift","duration":1.5}`,
+		`{"action":"wait","duration":1e-9}`,
+		`{"action":"zoom","region":[0,0,10,10]}`,
+		`{"action":"mouse_move","coordinate":[1e308,-0]}`,
+		`{"action":null}`, `{}`, `[]`, `null`, ``, `{"action":"key","text":"+"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, input string) {
+		for _, v := range ClaudeVersions {
+			acts, err := TranslateClaude(v, []byte(input))
+			if err != nil {
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("%s %q: error %v does not wrap ErrInvalid", v, input, err)
+				}
+				continue
+			}
+			checkActions(t, acts)
+		}
+	})
+}
+
+func FuzzTranslateOther(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"click","x":10,"y":20,"button":"back"}`,
+		`{"type":"scroll","x":5,"y":6,"scroll_x":-40,"scroll_y":-100}`,
+		`{"type":"drag","path":[{"x":1,"y":2},{"x":3,"y":4}]}`,
+		`{"type":"keypress","keys":["CTRL","C"]}`,
+		`{"action_type":"CLICK","parameters":{"button":"right","x":5.5,"y":6,"num_clicks":2}}`,
+		`{"action_type":"HOTKEY","parameters":{"keys":["ctrl","alt","t"]}}`,
+		`{"action_type":"SCROLL","parameters":{"dx":2,"dy":-1}}`,
+		`"DONE"`, `"WAIT"`, `{"kind":"click","x":1,"y":2}`, `[{"kind":"type","text":"x"}]`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, input string) {
+		if acts, err := TranslateOpenAI([]byte(input)); err == nil {
+			checkActions(t, acts)
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("openai %q: %v", input, err)
+		}
+		if acts, _, err := TranslateOSWorld([]byte(input)); err == nil {
+			checkActions(t, acts)
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("osworld %q: %v", input, err)
+		}
+		if acts, err := DecodeActions([]byte(input)); err == nil {
+			checkActions(t, acts)
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("neutral %q: %v", input, err)
+		}
+	})
+}
+
+// checkActions asserts translated actions validate, survive a JSON round
+// trip, and plan and play on a fake display without panicking.
+func checkActions(t *testing.T, acts []Action) {
+	t.Helper()
+	for i := range acts {
+		if err := acts[i].Validate(); err != nil {
+			t.Fatalf("action %d %+v does not validate: %v", i, acts[i], err)
+		}
+	}
+	b, err := json.Marshal(acts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeActions(b)
+	if err != nil {
+		t.Fatalf("round trip of %s: %v", b, err)
+	}
+	b2, _ := json.Marshal(back)
+	if string(b) != string(b2) {
+		t.Fatalf("round trip changed %s to %s", b, b2)
+	}
+	fd := newFake(64, 48)
+	e, err := NewExecutor(fd, ExecutorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sleep = func(context.Context, time.Duration) error { return nil }
+	if _, err := e.Run(context.Background(), acts, RunOptions{Screenshot: ScreenshotNever}); err != nil && !errors.Is(err, ErrInvalid) {
+		t.Fatalf("run %s: %v", b, err)
+	}
+	if keys, buttons := e.Held(); len(keys)+len(buttons) > 0 {
+		// key_down/button_down hold on purpose; Release must clear them.
+		if err := e.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

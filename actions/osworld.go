@@ -1,0 +1,310 @@
+package actions
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// OSWorldWait is how long an OSWorld WAIT waits: DesktopEnv.step's default
+// pause.
+const OSWorldWait = 2 * time.Second
+
+var osworldActions = []string{
+	"MOVE_TO", "CLICK", "MOUSE_DOWN", "MOUSE_UP", "RIGHT_CLICK", "DOUBLE_CLICK", "DRAG_TO",
+	"SCROLL", "TYPING", "PRESS", "KEY_DOWN", "KEY_UP", "HOTKEY", "WAIT", "FAIL", "DONE",
+}
+
+var osworldParams = map[string][]string{
+	"MOVE_TO":      {"x", "y"},
+	"CLICK":        {"button", "x", "y", "num_clicks"},
+	"MOUSE_DOWN":   {"button"},
+	"MOUSE_UP":     {"button"},
+	"RIGHT_CLICK":  {"x", "y"},
+	"DOUBLE_CLICK": {"x", "y"},
+	"DRAG_TO":      {"x", "y"},
+	"SCROLL":       {"dx", "dy"},
+	"TYPING":       {"text"},
+	"PRESS":        {"key"},
+	"KEY_DOWN":     {"key"},
+	"KEY_UP":       {"key"},
+	"HOTKEY":       {"keys"},
+	"WAIT":         {},
+	"FAIL":         {},
+	"DONE":         {},
+}
+
+// TranslateOSWorld turns one OSWorld computer_13 action into neutral actions
+// (xlang-ai/OSWorld desktop_env/actions.py, executed there with pyautogui).
+// The action is {"action_type": "CLICK", "parameters": {...}} or, for WAIT,
+// FAIL and DONE, also the bare JSON string. terminal is "DONE" or "FAIL" for
+// those episode signals (no actions); the caller ends the episode.
+//
+//   - x, y are screen pixels (floats are accepted and floored, as pyautogui
+//     truncates); CLICK/RIGHT_CLICK/DOUBLE_CLICK without them click where the
+//     pointer is; num_clicks is 1-3; button is left, right or middle.
+//   - DRAG_TO drags with the left button from where the pointer is.
+//   - SCROLL: dx wheel clicks right (negative: left), dy up (negative: down),
+//     as pyautogui.hscroll/vscroll on X11.
+//   - PRESS, KEY_DOWN, KEY_UP take a pyautogui key name, HOTKEY a list
+//     pressed together (ParseKey accepts pyautogui's names).
+//   - WAIT waits OSWorldWait.
+func TranslateOSWorld(action []byte) (acts []Action, terminal string, err error) {
+	acts, terminal, err = translateOSWorld(action)
+	if err != nil {
+		return nil, "", fmt.Errorf("osworld computer_13 action: %w", err)
+	}
+	return acts, terminal, nil
+}
+
+func translateOSWorld(action []byte) ([]Action, string, error) {
+	action = bytes.TrimSpace(action)
+	var typ string
+	params := claudeInput{}
+	if len(action) > 0 && action[0] == '"' {
+		if err := json.Unmarshal(action, &typ); err != nil {
+			return nil, "", fieldErr("action_type", nil, "malformed JSON string")
+		}
+		if typ != "WAIT" && typ != "FAIL" && typ != "DONE" {
+			return nil, "", fieldErr("action_type", ErrUnsupportedAction,
+				fmt.Sprintf("only WAIT, FAIL and DONE may be given as a bare string, got %q", typ))
+		}
+	} else {
+		in, err := decodeClaudeInput(action)
+		if err != nil {
+			return nil, "", withFieldName(err, "action")
+		}
+		for _, f := range sortedKeys(in) {
+			if f != "action_type" && f != "parameters" {
+				return nil, "", fieldErr(f, nil, "unknown field; an action has action_type and parameters")
+			}
+		}
+		if err := json.Unmarshal(in["action_type"], &typ); err != nil {
+			return nil, "", fieldErr("action_type", ErrUnsupportedAction, "must be a string: one of "+strings.Join(osworldActions, ", "))
+		}
+		if raw, ok := in["parameters"]; ok {
+			p, err := decodeClaudeInput(raw)
+			if err != nil {
+				return nil, "", withFieldName(err, "parameters")
+			}
+			params = p
+		}
+	}
+	allowed, ok := osworldParams[typ]
+	if !ok {
+		return nil, "", fieldErr("action_type", ErrUnsupportedAction,
+			fmt.Sprintf("unknown action %q; computer_13 has %s", typ, strings.Join(osworldActions, ", ")))
+	}
+	for _, f := range sortedKeys(params) {
+		if !slices.Contains(allowed, f) {
+			return nil, "", fieldErr("parameters."+f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, takesList(allowed)))
+		}
+	}
+	// optXY reads x and y, both or neither.
+	optXY := func(required bool) (*Point, error) {
+		_, hx := params["x"]
+		_, hy := params["y"]
+		if !hx && !hy && !required {
+			return nil, nil
+		}
+		if !hx || !hy {
+			f := "x"
+			if hx {
+				f = "y"
+			}
+			return nil, fieldErr("parameters."+f, nil, "x and y go together: give both"+map[bool]string{true: "", false: " or neither"}[required])
+		}
+		x, err := screenCoord("parameters.x", params["x"])
+		if err != nil {
+			return nil, err
+		}
+		y, err := screenCoord("parameters.y", params["y"])
+		if err != nil {
+			return nil, err
+		}
+		return &Point{X: x, Y: y}, nil
+	}
+	button := func() (Button, error) {
+		raw, ok := params["button"]
+		if !ok {
+			return ButtonLeft, nil
+		}
+		var b string
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return "", fieldErr("parameters.button", nil, "must be a string: left, right or middle")
+		}
+		switch Button(b) {
+		case ButtonLeft, ButtonRight, ButtonMiddle:
+			return Button(b), nil
+		}
+		return "", fieldErr("parameters.button", nil, fmt.Sprintf("must be left, right or middle, got %q", b))
+	}
+	key := func(field string, raw json.RawMessage) (string, error) {
+		var n string
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return "", fieldErr(field, ErrUnknownKey, "must be a key name string such as \"enter\" or \"a\"")
+		}
+		k, err := ParseKey(n)
+		if err != nil {
+			return "", withPrefix(field, err)
+		}
+		return k.Name, nil
+	}
+	need := func(fs ...string) error {
+		for _, f := range fs {
+			if _, ok := params[f]; !ok {
+				return fieldErr("parameters."+f, nil, fmt.Sprintf("required for %s", typ))
+			}
+		}
+		return nil
+	}
+
+	switch typ {
+	case "DONE", "FAIL":
+		return nil, typ, nil
+	case "WAIT":
+		return []Action{Wait(OSWorldWait)}, "", nil
+	case "MOVE_TO":
+		at, err := optXY(true)
+		if err != nil {
+			return nil, "", err
+		}
+		return []Action{{Kind: KindMove, At: at}}, "", nil
+	case "CLICK", "RIGHT_CLICK", "DOUBLE_CLICK":
+		at, err := optXY(false)
+		if err != nil {
+			return nil, "", err
+		}
+		b, n := ButtonLeft, 1
+		switch typ {
+		case "RIGHT_CLICK":
+			b = ButtonRight
+		case "DOUBLE_CLICK":
+			n = 2
+		default:
+			if b, err = button(); err != nil {
+				return nil, "", err
+			}
+			if raw, ok := params["num_clicks"]; ok {
+				if n, err = claudeInt("parameters.num_clicks", raw); err != nil {
+					return nil, "", err
+				}
+				if n < 1 || n > MaxClickCount {
+					return nil, "", fieldErr("parameters.num_clicks", nil, fmt.Sprintf("must be 1, 2 or 3, got %d", n))
+				}
+			}
+		}
+		return []Action{ClickAt(at, b, n)}, "", nil
+	case "MOUSE_DOWN", "MOUSE_UP":
+		b, err := button()
+		if err != nil {
+			return nil, "", err
+		}
+		k := KindButtonDown
+		if typ == "MOUSE_UP" {
+			k = KindButtonUp
+		}
+		return []Action{{Kind: k, Button: b}}, "", nil
+	case "DRAG_TO":
+		at, err := optXY(true)
+		if err != nil {
+			return nil, "", err
+		}
+		return []Action{{Kind: KindDrag, At: at, Button: ButtonLeft}}, "", nil
+	case "SCROLL":
+		if err := need("dx", "dy"); err != nil {
+			return nil, "", err
+		}
+		dx, err := claudeInt("parameters.dx", params["dx"])
+		if err != nil {
+			return nil, "", err
+		}
+		dy, err := claudeInt("parameters.dy", params["dy"])
+		if err != nil {
+			return nil, "", err
+		}
+		var acts []Action
+		for _, s := range []struct {
+			v        int
+			pos, neg Direction
+			field    string
+		}{{dy, ScrollUp, ScrollDown, "dy"}, {dx, ScrollRight, ScrollLeft, "dx"}} {
+			if s.v == 0 {
+				continue
+			}
+			if abs := int(math.Abs(float64(s.v))); abs > MaxScrollAmount {
+				return nil, "", fieldErr("parameters."+s.field, nil, fmt.Sprintf("at most %d wheel clicks either way, got %d", MaxScrollAmount, s.v))
+			}
+			d := s.pos
+			if s.v < 0 {
+				d = s.neg
+			}
+			acts = append(acts, Action{Kind: KindScroll, Direction: d, Amount: int(math.Abs(float64(s.v)))})
+		}
+		if len(acts) == 0 {
+			return nil, "", fieldErr("parameters.dy", nil, "dx and dy are both 0: nothing to scroll")
+		}
+		return acts, "", nil
+	case "TYPING":
+		if err := need("text"); err != nil {
+			return nil, "", err
+		}
+		text, err := claudeText(params, "text")
+		if err != nil {
+			return nil, "", withFieldName(err, "parameters.text")
+		}
+		a := TypeText(text)
+		if err := a.Validate(); err != nil {
+			return nil, "", withPrefix("parameters.", err)
+		}
+		return []Action{a}, "", nil
+	case "PRESS", "KEY_DOWN", "KEY_UP":
+		if err := need("key"); err != nil {
+			return nil, "", err
+		}
+		n, err := key("parameters.key", params["key"])
+		if err != nil {
+			return nil, "", err
+		}
+		k := map[string]Kind{"PRESS": KindKey, "KEY_DOWN": KindKeyDown, "KEY_UP": KindKeyUp}[typ]
+		return []Action{{Kind: k, Keys: []string{n}}}, "", nil
+	case "HOTKEY":
+		if err := need("keys"); err != nil {
+			return nil, "", err
+		}
+		var raws []json.RawMessage
+		if err := json.Unmarshal(params["keys"], &raws); err != nil || len(raws) == 0 {
+			return nil, "", fieldErr("parameters.keys", ErrUnknownKey, "must be a non-empty list of key names such as [\"ctrl\", \"c\"]")
+		}
+		var names []string
+		for i, raw := range raws {
+			n, err := key(fmt.Sprintf("parameters.keys[%d]", i), raw)
+			if err != nil {
+				return nil, "", err
+			}
+			names = append(names, n)
+		}
+		a := KeyChord(names...)
+		if err := a.Validate(); err != nil {
+			return nil, "", withPrefix("parameters.", err)
+		}
+		return []Action{a}, "", nil
+	}
+	return nil, "", fieldErr("action_type", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", typ))
+}
+
+// screenCoord reads an OSWorld coordinate: a non-negative number, floored.
+func screenCoord(field string, raw json.RawMessage) (int, error) {
+	f, err := claudeNumber(field, raw)
+	if err != nil {
+		return 0, err
+	}
+	if f < 0 || f > 1e6 {
+		return 0, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("must be a non-negative screen coordinate, got %s", clip(raw)))
+	}
+	return int(math.Floor(f)), nil
+}

@@ -1,0 +1,25 @@
+package vnc
+
+import "errors"
+
+// Sentinel errors. Callers test them with errors.Is; returned errors wrap
+// them with the operation, the VM and the socket.
+var (
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("vnc client closed")
+	// ErrDisconnected means there is no live connection right now; the
+	// client is reconnecting. Input is not queued for later.
+	ErrDisconnected = errors.New("vnc not connected")
+	// ErrOutOfBounds means a pointer position lies off the framebuffer.
+	ErrOutOfBounds = errors.New("position outside the framebuffer")
+	// ErrProtocol means the server sent something this client cannot parse.
+	ErrProtocol = errors.New("rfb protocol error")
+	// ErrUnsupportedEncoding means the server sent a rectangle in an
+	// encoding this client did not advertise.
+	ErrUnsupportedEncoding = errors.New("unsupported rfb encoding")
+	// ErrUnsupportedPixelFormat means a pixel format this client cannot decode.
+	ErrUnsupportedPixelFormat = errors.New("unsupported rfb pixel format")
+	// ErrStale means Settle could not prove the mirror current in time: no
+	// fresh update arrived before its max.
+	ErrStale = errors.New("framebuffer not known to be current")
+)
