@@ -43,7 +43,15 @@ const (
 	KindKeyUp Kind = "key_up"
 	// KindHoldKey presses keys, waits duration_ms and releases them.
 	KindHoldKey Kind = "hold_key"
-	// KindType types text as key events (printable US-ASCII, \n, \t).
+	// KindType types text as key events, one key per character on a US
+	// layout (see KeyForRune): printable ASCII exactly as given, \n (and
+	// \r\n, and a lone \r) as Return, \t as Tab, however long the text.
+	// Shift_L is pressed around each run of characters that need it and
+	// released before the next character that does not, because QEMU takes
+	// Shift from the modifier state rather than from the keysym. Other
+	// characters are refused before anything is typed (ErrUntypable). The
+	// guest must use a US layout with Caps Lock off; a Shift the agent holds
+	// with key_down makes lower-case letters upper-case.
 	KindType Kind = "type"
 	// KindWait waits duration_ms.
 	KindWait Kind = "wait"

@@ -108,8 +108,8 @@ var claudeSpecs = map[string]claudeSpec{
 	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}},
 	"screenshot":      {},
 	"cursor_position": {},
-	"left_mouse_down": {},
-	"left_mouse_up":   {},
+	"left_mouse_down": {optional: []string{"coordinate"}},
+	"left_mouse_up":   {optional: []string{"coordinate"}},
 	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}},
 	"hold_key":        {required: []string{"text", "duration"}},
 	"wait":            {required: []string{"duration"}},
@@ -146,7 +146,9 @@ type claudeInput map[string]json.RawMessage
 //   - scroll: scroll_amount wheel clicks (1-100) in scroll_direction at
 //     coordinate (or where the pointer is) with text as modifiers.
 //   - hold_key: text (a key or chord) held for duration seconds.
-//   - left_mouse_down/up: button_down/up of left where the pointer is.
+//   - left_mouse_down/up: button_down/up of left where the pointer is, or at
+//     coordinate if given (the reference demo refuses a coordinate; schemas
+//     derived from the API documentation allow one, and its meaning is plain).
 //   - zoom: region [x0, y0, x1, y1] in screenshot coordinates, returned at the
 //     screenshot size.
 func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
@@ -302,10 +304,10 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		return []Action{{Kind: KindCursorPosition}}, nil
 
 	case "left_mouse_down":
-		return []Action{{Kind: KindButtonDown, Button: ButtonLeft}}, nil
+		return []Action{{Kind: KindButtonDown, Button: ButtonLeft, At: at}}, nil
 
 	case "left_mouse_up":
-		return []Action{{Kind: KindButtonUp, Button: ButtonLeft}}, nil
+		return []Action{{Kind: KindButtonUp, Button: ButtonLeft, At: at}}, nil
 
 	case "scroll":
 		var dir string

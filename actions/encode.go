@@ -24,22 +24,31 @@ const (
 // DefaultJPEGQuality is the JPEG quality used when none is given.
 const DefaultJPEGQuality = 75
 
-// Encoding cost, measured with `go test -bench 'Encode|Resize' ./actions/`
+// Encoding cost, measured with
+//
+//	go test -run '^$' -bench 'Encode|Resize|Screenshot' -benchtime 15x -count 4 ./actions/
+//
 // (encode_test.go) on a synthetic 1280x800 desktop (flat panels, window
-// chrome, anti-aliased-looking text runs, a gradient, a photo-like noise
-// patch), go1.26, this 2-core build machine; ms per image, output size:
+// chrome, dense small glyphs, an icon grid, a photo-like patch), go1.26 on
+// the 2-core build machine while other sessions' TCG guests kept its load
+// average at 5-9; fastest of 4 runs, so read them as upper bounds (anchors.md
+// measured 51/16/15 ms for the first three on a quiet machine):
 //
-//	PNG  default compression    see bench: ~50 ms       (anchors.md: 51 ms)
-//	PNG  BestSpeed              see bench: ~15 ms       (anchors.md: 16 ms)
-//	JPEG q75 from *image.RGBA   see bench: ~14 ms       (anchors.md: 15 ms)
+//	PNG default compression         72 ms   253 KiB
+//	PNG BestSpeed                   27 ms   287 KiB  (pooled encoder buffers; 31 ms without)
+//	JPEG q75 from *image.RGBA       22 ms   253 KiB
+//	JPEG q75 from *image.NRGBA      36 ms   (why Scaler returns RGBA)
 //
-// The exact figures of the last run are in the table below (filled from
-// the benchmark output, see the report in encode_test.go).
+// Scaled screenshots cost more to compress: resampling turns 1-px glyph
+// strokes into grey ramps. A 1920x1080 desktop scaled to 1366x768 with the
+// Linear filter encodes (PNG BestSpeed) in 49 ms to 872 KiB, against 31 ms
+// and 296 KiB for an unscaled 1366x768 frame (BenchmarkEncodeScaled); the
+// whole auto-size path, resize + encode, takes 92 ms as PNG and 73 ms as
+// JPEG q75 (BenchmarkScreenshot). Resize filters are compared in scale.go.
 //
-// PNG at BestSpeed is ~3x faster than the default level for ~10-20% more
-// bytes, and stays lossless, so text the model reads is exact; it is the
-// default. JPEG is there for callers that care about bytes on the wire more
-// than exact pixels.
+// PNG at BestSpeed is 2.5x faster than the default level for 14% more bytes
+// and stays lossless, so the text the model reads is exact: it is the
+// default. JPEG is for callers that care more about bytes on the wire.
 
 // EncodeOptions selects the encoding.
 type EncodeOptions struct {
@@ -66,11 +75,13 @@ var pngEncoder = png.Encoder{CompressionLevel: png.BestSpeed, BufferPool: &pngPo
 
 type pngPool struct{ p sync.Pool }
 
+// Get returns a pooled encoder buffer or nil.
 func (p *pngPool) Get() *png.EncoderBuffer {
 	b, _ := p.p.Get().(*png.EncoderBuffer)
 	return b
 }
 
+// Put returns a buffer to the pool.
 func (p *pngPool) Put(b *png.EncoderBuffer) { p.p.Put(b) }
 
 // Encode encodes img and returns the bytes and their media type

@@ -26,6 +26,11 @@ var (
 	ErrUnsupportedButton = errors.New("mouse button not supported by the display")
 	// ErrDisplay means the Display failed while actions were being played.
 	ErrDisplay = errors.New("display error")
+	// ErrPointerUnknown means an action needs the pointer's position (a click
+	// or scroll without a coordinate, cursor_position) before any pointer
+	// event was sent in the session: the guest's pointer is somewhere the
+	// VNC client cannot know.
+	ErrPointerUnknown = errors.New("pointer position unknown")
 )
 
 // FieldError is an invalid request that names the field at fault, in the
@@ -37,6 +42,7 @@ type FieldError struct {
 	Kind  error  // a more specific sentinel (ErrOutOfBounds, ErrUnknownKey, ...) or nil
 }
 
+// Error returns "field NAME: message".
 func (e *FieldError) Error() string { return "field " + e.Field + ": " + e.Msg }
 
 // Unwrap returns ErrInvalid and Kind, so errors.Is matches either.

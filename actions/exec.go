@@ -242,7 +242,8 @@ type ExecutorConfig struct {
 // before the action returns, also when it fails. If a Run fails while
 // playing, everything held is released, including what the agent held on
 // purpose: after a failed request the agent cannot know the input state, and
-// a stuck key is worse than a lost hold. Call Release when a session ends.
+// a stuck key is worse than a lost hold. (A failed settle or capture leaves
+// holds alone: the input was delivered.) Call Release when a session ends.
 type Executor struct {
 	d      Display
 	size   ScreenshotSize
@@ -367,8 +368,9 @@ func (e *Executor) Run(ctx context.Context, acts []Action, opts RunOptions) (Res
 		return res, err
 	}
 	e.lastDev, e.idle = devNone, 0
-	err = e.play(ctx, steps, opts, &res)
-	if err != nil {
+	inputFailed := false
+	err = e.play(ctx, steps, opts, &res, &inputFailed)
+	if inputFailed {
 		if rerr := e.releaseAll(); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("release held input: %w", rerr))
 		}
@@ -524,7 +526,9 @@ func wheelMask(d Direction) uint8 {
 }
 
 // play runs the steps, then settles and captures per the options.
-func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res *Result) error {
+// inputFailed is set when an input step fails (as opposed to a settle or a
+// capture, after which the input state is still known).
+func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res *Result, inputFailed *bool) error {
 	dirty := false // input sent (or time waited) since the last settle
 	settle := func() error {
 		if opts.NoSettle {
@@ -550,17 +554,20 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 	for i := range steps {
 		st := &steps[i]
 		if err := ctx.Err(); err != nil {
+			*inputFailed = true // cancelled between steps: the agent's plan is cut short
 			return fmt.Errorf("actions[%d] (%s): %w", i, st.kind, err)
 		}
 		var err error
 		switch st.kind {
 		case KindCursorPosition:
-			x, y := e.d.CursorPos()
-			sx, sy := e.scaler.FromNative(x, y)
-			if res.Text != "" {
-				res.Text += "\n"
+			var p image.Point
+			if p, err = e.pos(nil); err == nil {
+				sx, sy := e.scaler.FromNative(p.X, p.Y)
+				if res.Text != "" {
+					res.Text += "\n"
+				}
+				res.Text += fmt.Sprintf("X=%d,Y=%d", sx, sy)
 			}
-			res.Text += fmt.Sprintf("X=%d,Y=%d", sx, sy)
 		case KindScreenshot, KindZoom:
 			if err = settle(); err == nil {
 				res.Image, err = e.capture(st, opts)
@@ -569,7 +576,9 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 		default:
 			dirty = true
 			lastShot = false
-			err = e.input(ctx, st)
+			if err = e.input(ctx, st); err != nil {
+				*inputFailed = true
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("actions[%d] (%s): %w", i, st.kind, err)
@@ -648,7 +657,10 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return e.pointer(ctx, *st.at, e.buttons)
 
 	case KindButtonDown, KindButtonUp:
-		pos := e.pos(st.at)
+		pos, err := e.pos(st.at)
+		if err != nil {
+			return err
+		}
 		if st.at != nil {
 			if err := e.pointer(ctx, pos, e.buttons); err != nil {
 				return err
@@ -665,7 +677,10 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case KindClick:
-		pos := e.pos(st.at)
+		pos, err := e.pos(st.at)
+		if err != nil {
+			return err
+		}
 		if err := e.pointer(ctx, pos, e.buttons); err != nil {
 			return err
 		}
@@ -694,7 +709,10 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case KindDrag:
-		start := e.pos(st.from)
+		start, err := e.pos(st.from)
+		if err != nil {
+			return err
+		}
 		if err := e.pointer(ctx, start, e.buttons); err != nil {
 			return err
 		}
@@ -727,7 +745,10 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case KindScroll:
-		pos := e.pos(st.at)
+		pos, err := e.pos(st.at)
+		if err != nil {
+			return err
+		}
 		if err := e.pointer(ctx, pos, e.buttons); err != nil {
 			return err
 		}
@@ -839,12 +860,16 @@ func dragPath(start image.Point, via []image.Point, end image.Point, stepPx int)
 }
 
 // pos returns p, or the pointer's position when p is nil.
-func (e *Executor) pos(p *image.Point) image.Point {
+func (e *Executor) pos(p *image.Point) (image.Point, error) {
 	if p != nil {
-		return *p
+		return *p, nil
 	}
 	x, y := e.d.CursorPos()
-	return image.Point{X: x, Y: y}
+	if x < 0 || y < 0 {
+		return image.Point{}, fmt.Errorf("%w: no pointer event was sent in this session yet, so where "+
+			"the pointer is cannot be known; give a coordinate or move the pointer first", ErrPointerUnknown)
+	}
+	return image.Point{X: x, Y: y}, nil
 }
 
 // pressChord presses keys in order, adding Shift_L before a key that needs it
@@ -927,9 +952,11 @@ func (e *Executor) releasePressed(ctx context.Context, own *pressed) error {
 	}
 	own.keys = nil
 	if own.buttons != 0 {
-		if err := e.pointer(ctx, e.pos(nil), e.buttons); err != nil {
-			errs = append(errs, err)
-			e.buttons |= own.buttons
+		if p, err := e.pos(nil); err == nil { // unknown: no button can be down
+			if err := e.pointer(ctx, p, e.buttons); err != nil {
+				errs = append(errs, err)
+				e.buttons |= own.buttons
+			}
 		}
 		own.buttons = 0
 	}
@@ -978,7 +1005,9 @@ func (e *Executor) releaseAll() error {
 	e.keys = nil
 	if e.buttons != 0 {
 		e.buttons = 0
-		errs = append(errs, e.pointer(ctx, e.pos(nil), 0))
+		if p, err := e.pos(nil); err == nil { // unknown: no button can be down
+			errs = append(errs, e.pointer(ctx, p, 0))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -15,16 +15,19 @@ import (
 // fakeDisplay is an in-memory Display that records what it is sent: the
 // protocol edge only. Real-VM tests live with the lead.
 type fakeDisplay struct {
-	w, h    int
-	x, y    int
-	buttons uint8
-	img     *image.RGBA
-	events  []string
-	n       int   // events sent so far
-	failAt  int   // fail the failAt'th event (1-based); 0: never
-	failErr error // what it fails with
-	settles []string
-	settled time.Duration // what Settle reports
+	w, h      int
+	x, y      int
+	buttons   uint8
+	img       *image.RGBA
+	events    []string
+	n         int   // events sent so far
+	failAt    int   // fail the failAt'th event (1-based); 0: never
+	failErr   error // what it fails with
+	settles   []string
+	settled   time.Duration // what Settle reports
+	settleErr error         // what Settle fails with
+	moved     bool          // a pointer event was sent
+	unknown   bool          // CursorPos is (-1, -1) until a pointer event, like vnc.Client
 }
 
 var errWire = errors.New("wire broke")
@@ -35,7 +38,12 @@ func newFake(w, h int) *fakeDisplay {
 
 func (f *fakeDisplay) Size() (int, int)      { return f.w, f.h }
 func (f *fakeDisplay) Snapshot() *image.RGBA { return f.img }
-func (f *fakeDisplay) CursorPos() (int, int) { return f.x, f.y }
+func (f *fakeDisplay) CursorPos() (int, int) {
+	if f.unknown && !f.moved {
+		return -1, -1
+	}
+	return f.x, f.y
+}
 
 func (f *fakeDisplay) fail() error {
 	f.n++
@@ -53,7 +61,7 @@ func (f *fakeDisplay) Pointer(x, y int, buttons uint8) error {
 		f.events = append(f.events, fmt.Sprintf("FAILED ptr %d,%d %#02x", x, y, buttons))
 		return err
 	}
-	f.x, f.y, f.buttons = x, y, buttons
+	f.x, f.y, f.buttons, f.moved = x, y, buttons, true
 	f.events = append(f.events, fmt.Sprintf("ptr %d,%d %#02x", x, y, buttons))
 	return nil
 }
@@ -75,7 +83,7 @@ func (f *fakeDisplay) Key(keysym uint32, scancode uint16, down bool) error {
 func (f *fakeDisplay) Settle(ctx context.Context, quiet, max time.Duration) (time.Duration, error) {
 	f.settles = append(f.settles, fmt.Sprintf("settle %v %v", quiet, max))
 	f.events = append(f.events, "settle")
-	return f.settled, nil
+	return f.settled, f.settleErr
 }
 
 // keyName names a keysym/scancode pair the way the tests spell it.
@@ -641,8 +649,8 @@ func TestRunDisplayResize(t *testing.T) {
 	}
 }
 
-// TestRunRealSleep runs with the real sleeps: a double click's pacing fits a
-// 250 ms double-click time.
+// TestRunRealSleep runs with the real sleeps: a triple click's pacing
+// (~145 ms) fits a 400 ms double-click time even on a loaded machine.
 func TestRunRealSleep(t *testing.T) {
 	f := newFake(100, 80)
 	e, err := NewExecutor(f, ExecutorConfig{})
@@ -653,7 +661,47 @@ func TestRunRealSleep(t *testing.T) {
 	if _, err := e.Run(context.Background(), []Action{ClickAt(pt(1, 1), ButtonLeft, 3)}, noShot); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 250*time.Millisecond || d < 145*time.Millisecond {
+	if d := time.Since(start); d > 400*time.Millisecond || d < 145*time.Millisecond {
 		t.Errorf("triple click took %v", d)
 	}
+}
+
+func TestRunPointerUnknown(t *testing.T) {
+	f := newFake(100, 80)
+	f.unknown = true
+	e := newTestExecutor(t, f, ScreenshotSize{})
+	for _, a := range []Action{ClickAt(nil, ButtonLeft, 1), {Kind: KindScroll, Direction: ScrollUp, Amount: 1},
+		{Kind: KindCursorPosition}, {Kind: KindDrag, At: pt(5, 5)}, {Kind: KindButtonDown}} {
+		_, err := e.Run(context.Background(), []Action{a}, noShot)
+		if !errors.Is(err, ErrPointerUnknown) || !strings.Contains(err.Error(), "move the pointer first") {
+			t.Errorf("%s: %v", a.Kind, err)
+		}
+	}
+	if ev := inputEvents(f); len(ev) != 0 {
+		t.Errorf("sent %v", ev)
+	}
+	res := run(t, e, noShot, MoveTo(10, 10), ClickAt(nil, ButtonLeft, 1), Action{Kind: KindCursorPosition})
+	if res.Text != "X=10,Y=10" {
+		t.Errorf("cursor_position after move = %q", res.Text)
+	}
+}
+
+// TestRunSettleFailureKeepsHeld: a failed settle or capture says nothing
+// about the input, which was delivered; what the agent holds stays held.
+func TestRunSettleFailureKeepsHeld(t *testing.T) {
+	f := newFake(100, 80)
+	f.settleErr = errors.New("stale")
+	e := newTestExecutor(t, f, ScreenshotSize{})
+	_, err := e.Run(context.Background(), []Action{{Kind: KindKeyDown, Keys: []string{"shift"}}, Screenshot()}, RunOptions{})
+	if !errors.Is(err, ErrDisplay) {
+		t.Fatalf("err %v", err)
+	}
+	if keys, _ := e.Held(); len(keys) != 1 {
+		t.Errorf("held %v after a settle failure", keys)
+	}
+	checkEvents(t, inputEvents(f), "key Shift_L down")
+	if err := e.Release(); err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, inputEvents(f), "key Shift_L down", "key Shift_L up")
 }

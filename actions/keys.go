@@ -44,6 +44,7 @@ func (k Key) IsModifier() bool {
 // on the wire to the guest's keyboard controller).
 func (k Key) Extended() bool { return k.Scancode&0xff00 == 0xe000 }
 
+// String returns the key's X keysym name.
 func (k Key) String() string { return k.Name }
 
 // Keysyms of the modifiers.
@@ -221,7 +222,16 @@ var specialKeys = []specialKey{
 	{"XF86Favorites", 0x1008ff30, 0xe066, []string{"browserfavorites"}},
 	{"XF86HomePage", 0x1008ff18, 0xe032, []string{"browserhome"}},
 	{"XF86Mail", 0x1008ff19, 0xe06c, []string{"launchmail"}},
-	{"XF86Calculator", 0x1008ff1d, 0xe021, []string{"calculator"}},
+	{"XF86Calculator", 0x1008ff1d, 0xe021, []string{"calculator", "launchapp2"}},
+	{"XF86MyComputer", 0x1008ff33, 0xe06b, []string{"launchapp1", "mycomputer"}},
+	{"XF86AudioMedia", 0x1008ff32, 0xe06d, []string{"launchmediaselect", "mediaselect"}},
+
+	// Input-method keys of Japanese and Korean keyboards (pyautogui names).
+	{"Henkan_Mode", 0xff23, 0x79, []string{"convert", "henkan"}},
+	{"Muhenkan", 0xff22, 0x7b, []string{"nonconvert"}},
+	{"Hiragana_Katakana", 0xff27, 0x70, []string{"kana"}},
+	{"Hangul", 0xff31, 0xf2, []string{"hanguel"}},
+	{"Hangul_Hanja", 0xff34, 0xf1, []string{"hanja"}},
 }
 
 var (

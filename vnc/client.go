@@ -168,12 +168,15 @@ func (c *Client) errorf(op, format string, args ...any) error {
 	return fmt.Errorf("vnc %s vm %s (socket %s): %w", op, c.cfg.VM, c.cfg.Socket, fmt.Errorf(format, args...))
 }
 
-// run connects and reconnects until the client is closed.
+// run connects and reconnects until the client is closed. A VM that is
+// gone for good keeps it retrying (at MaxBackoff) until Close.
 func (c *Client) run() {
 	defer close(c.done)
 	backoff := c.cfg.MinBackoff
+	failures := 0 // consecutive attempts that did not get a first frame
 	for n := 1; ; n++ {
 		s, err := c.connect(n)
+		lost := err == nil
 		if err == nil {
 			c.attach(s)
 			select {
@@ -187,17 +190,25 @@ func (c *Client) run() {
 			gotFrame := s.answered > 0
 			c.mu.Unlock()
 			if gotFrame {
-				backoff = c.cfg.MinBackoff
+				backoff, failures = c.cfg.MinBackoff, 0
 			}
 		}
 		if c.ctx.Err() != nil {
 			c.detach(s, ErrClosed)
 			return
 		}
-		err = fmt.Errorf("connection %d: %w", n, err)
+		err = fmt.Errorf("attempt %d: %w", n, err)
 		c.detach(s, err)
-		c.log.Warn("vnc connection lost, reconnecting", "vm", c.cfg.VM, "op", "vnc.connect",
-			"socket", c.cfg.Socket, "err", err, "retry_in", backoff)
+		failures++
+		level, msg := slog.LevelDebug, "vnc connect failed, retrying"
+		if lost {
+			msg = "vnc connection lost, reconnecting"
+		}
+		if lost || failures == 1 || failures%30 == 0 {
+			level = slog.LevelWarn
+		}
+		c.log.Log(context.Background(), level, msg, "vm", c.cfg.VM, "op", "vnc.connect",
+			"socket", c.cfg.Socket, "err", err, "retry_in", backoff, "failures", failures)
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -260,7 +271,12 @@ func (c *Client) afterUpdate(s *session, eff effect) error {
 	}
 	wake := s.answered < s.want // a fence is waiting: keep QEMU's timer fast
 	c.broadcastLocked()
+	answered := s.answered
 	c.mu.Unlock()
+	if c.log.Enabled(context.Background(), slog.LevelDebug-1) {
+		c.log.Log(context.Background(), slog.LevelDebug-1, "update applied", "vm", c.cfg.VM, "op", "vnc.read",
+			"response", eff.response, "answered", answered, "rects", len(s.upd.Rects), "damage", eff.Rect)
+	}
 	if !eff.Empty() {
 		c.notify(eff.Damage)
 	}

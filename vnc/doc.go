@@ -52,35 +52,40 @@
 // any encoding we did not advertise ends the connection with an error that
 // names the encoding ([ErrUnsupportedEncoding]); it never hangs.
 //
-// # Freshness: fences
+// # Freshness: one request in flight, counted
 //
-// The reader keeps exactly one FramebufferUpdateRequest in flight: after each
-// update it asks for the next incremental one. QEMU answers an incremental
-// request only when something changed, at its refresh timer, which backs off
-// to 3 s while the guest is idle; only client messages of type > 3 (key,
-// pointer, cut text, QEMU) reset it to 30 ms (protocol_client_msg in
-// ui/vnc.c).
+// QEMU sends an update only in answer to a FramebufferUpdateRequest, at a
+// tick of its refresh timer; the timer backs off to 3 s while the guest is
+// idle, and only client messages of type > 3 (key, pointer, cut text, QEMU)
+// reset it to 30 ms (protocol_client_msg in ui/vnc.c). An incremental request
+// is answered only once something changed, and two requests QEMU holds at
+// one tick are answered by one update, so a client that fires extra requests
+// cannot tell which update answers which.
 //
-// [Client.Settle] proves the mirror current with a fence. It writes a wake-up
-// (a KeyEvent releasing a key this client does not hold: QEMU's keyboard
-// state filters the release, so the guest sees nothing, but the refresh timer
-// is reset) and a non-incremental request for one pixel. QEMU always answers
-// a non-incremental request with at least one rectangle, at its next refresh
-// tick, together with everything that changed. Every pixel-carrying update
-// QEMU sends consumes all requests it has processed and needs at least one
-// it has not, so the k-th such update on a connection was generated after
-// QEMU processed our k-th request: counting updates gives a lower bound on
-// which request an update answers, whatever QEMU coalesced. A fence with
-// sequence number n is complete once n updates have arrived; while a fence
-// is behind, the reader asks for forced (non-incremental) updates instead of
-// incremental ones, so the count keeps moving even on an idle screen.
-// Updates carrying only pseudo-rectangles (cursor, resize, the extended key
-// event acknowledgement) are written by QEMU outside this request cycle and
-// are not counted. Two details of QEMU 7.2 matter here: a non-incremental
-// request for an empty or off-screen region makes QEMU queue an empty job and
-// stop updating that client, so fences always ask for pixel (0,0); and an
-// update job aborted by a display switch puts its request back, so no answer
-// is lost (vnc_abort_display_jobs).
+// So the client keeps exactly one request in flight. The first asks for the
+// whole framebuffer; each later one, sent as soon as the previous answer has
+// been applied, is non-incremental for pixel (0,0). QEMU answers that at its
+// next tick with everything that changed plus the one pixel (vnc_update_client
+// sends the whole dirty map; a forced update always has a rectangle), so it
+// works as an incremental request that is always answered: every request gets
+// exactly one answer, and the k-th update carrying pixels on a connection
+// answers our k-th request and was generated after QEMU processed it. An idle
+// guest costs one 64-byte update per refresh tick (3 s). This deviates from
+// the usual "incremental request after each update" on purpose; it relies on
+// QEMU sending every dirty region with a forced update, which other RFB
+// servers need not do. Updates carrying only pseudo-rectangles (cursor,
+// resize, the extended key event acknowledgement) are written by QEMU outside
+// this cycle and are not counted.
+//
+// [Client.Settle] sets a fence: it writes a wake-up (a KeyEvent releasing a
+// key this client does not hold: QEMU's keyboard state drops the release, so
+// the guest sees nothing, but the refresh timer is reset) and waits for the
+// answer to the next request the reader sends, which QEMU processes after
+// everything written before Settle was called. While a fence is pending the
+// reader sends a wake-up with each request, so a fence takes one or two
+// 30 ms ticks instead of up to two 3 s ones. An update job QEMU aborts on a
+// display switch puts its request back (vnc_abort_display_jobs), so no answer
+// is lost; if one ever were, Settle sends an extra request after 5 s.
 //
 // After the first fence, Settle waits until a later fence shows that nothing
 // changed for the quiet period, sleeping in between rather than polling.

@@ -431,7 +431,11 @@ func (s *screenshotter) close() {
 // testLogger logs at debug level when DESKFARM_VNC_DEBUG is set.
 func testLogger() *slog.Logger {
 	level := slog.LevelInfo
-	if os.Getenv("DESKFARM_VNC_DEBUG") != "" {
+	switch os.Getenv("DESKFARM_VNC_DEBUG") {
+	case "":
+	case "updates":
+		level = slog.LevelDebug - 1 // every update
+	default:
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))

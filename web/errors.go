@@ -68,11 +68,13 @@ func (e *httpError) InvalidField() string { return e.field }
 
 // sentinels maps vmm errors to statuses and codes. Order matters when an
 // error wraps several: the more specific comes first.
-var sentinels = []struct {
+type sentinel struct {
 	err    error
 	status int
 	code   string
-}{
+}
+
+var sentinels = []sentinel{
 	{vmm.ErrNotFound, http.StatusNotFound, CodeNotFound},
 	{vmm.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{vmm.ErrUnknownImage, http.StatusBadRequest, CodeUnknownImage},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/deskfarm/deskfarm/desk"
 	"io"
 	"log/slog"
 	"net/http"
@@ -45,6 +46,9 @@ type Options struct {
 	TrustedNets []netip.Prefix
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
+	// Desks gives the live displays for actions and screenshots; nil
+	// answers those endpoints with 501.
+	Desks *desk.Pool
 }
 
 type server struct {
@@ -52,6 +56,7 @@ type server struct {
 	log     *slog.Logger
 	token   string
 	trusted []netip.Prefix
+	desks   *desk.Pool
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -68,7 +73,7 @@ type route struct {
 // It sets no timeouts: creating a VM takes as long as a boot and exec up to
 // MaxExecTimeout, and both stop when the client goes away.
 func NewServer(farm vmm.Farm, opts Options) http.Handler {
-	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets}
+	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -85,6 +90,8 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"POST", "/v1/vms/{id}/exec", "exec", s.exec},
 		{"GET", "/v1/vms/{id}/files", "read_file", s.readFile},
 		{"PUT", "/v1/vms/{id}/files", "write_file", s.writeFile},
+		{"POST", "/v1/vms/{id}/actions", "actions", s.act},
+		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.screenshot},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}
@@ -188,6 +195,9 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
+	if s.desks != nil {
+		s.desks.Drop(vmID(r))
+	}
 	if err := s.farm.Destroy(r.Context(), vmID(r)); err != nil {
 		return err
 	}
@@ -200,6 +210,9 @@ func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
 	res, err := s.farm.Reset(r.Context(), id)
 	if err != nil {
 		return err
+	}
+	if s.desks != nil {
+		s.desks.Reset(id)
 	}
 	writeJSON(w, http.StatusOK, ResetResponse{
 		ID:           id,

@@ -24,6 +24,8 @@ commands:
   serve   serve the HTTP API (deskfarm serve --listen 127.0.0.1:8080)
   vm      create, list, remove, reset VMs and run commands in them
   image   build and list guest images
+  act     play agent actions on a VM (deskfarm act VM '{"action":"left_click","coordinate":[10,20]}')
+  screenshot  save a VM's screen (deskfarm screenshot VM -o shot.png)
 `)
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/deskfarm/deskfarm/desk"
 	"io"
 	"log/slog"
 	"net"
@@ -168,7 +169,9 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	reqCtx, cancelRequests := context.WithCancel(context.Background())
 	defer cancelRequests()
 	var inflight sync.WaitGroup
-	api := web.NewServer(farm, web.Options{Token: cfg.Token, Logger: log})
+	// One VNC connection per VM, shared by every API client.
+	desks := desk.NewPool(farm, log)
+	api := web.NewServer(farm, web.Options{Token: cfg.Token, Logger: log, Desks: desks})
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
@@ -205,6 +208,7 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 			srv.Close()
 		}
 	}
+	desks.Close()
 	if err := closeFarm(); err != nil {
 		errs = append(errs, fmt.Errorf("close farm: %w", err))
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/deskfarm/deskfarm/images/tiny/screen"
 )
 
@@ -105,4 +107,22 @@ func TestFlushRGB565(t *testing.T) {
 
 func equalImages(a, b *image.RGBA) bool {
 	return a.Rect == b.Rect && string(a.Pix) == string(b.Pix)
+}
+
+func TestSessionReply(t *testing.T) {
+	var got unix.Timespec
+	setClock = func(ts *unix.Timespec) error { got = *ts; return nil }
+	defer func() { setClock = func(ts *unix.Timespec) error { return unix.ClockSettime(unix.CLOCK_REALTIME, ts) } }()
+	if r := sessionReply("time 1700000000123456789"); r != "ok time 1700000000123456789" {
+		t.Errorf("reply %q", r)
+	}
+	if got.Sec != 1700000000 || got.Nsec != 123456789 {
+		t.Errorf("clock set to %v", got)
+	}
+	if r := sessionReply("time soon"); !strings.HasPrefix(r, "err time ") {
+		t.Errorf("bad time: reply %q", r)
+	}
+	if r := sessionReply("hello"); r != "" {
+		t.Errorf("unknown line: reply %q", r)
+	}
 }

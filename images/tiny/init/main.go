@@ -6,8 +6,9 @@
 // keeps the QEMU guest agent running on its virtio-serial port, draws the
 // screen described in package screen on /dev/fb0, applies every event from
 // /dev/input/event* to it and to the input log, and then writes "ready\n" to
-// the org.deskfarm.session.0 port once per boot. It never exits; problems are
-// reported on /dev/console.
+// the org.deskfarm.session.0 port once per boot and sets the clock when the
+// host asks there (see session.go). It never exits; problems are reported on
+// /dev/console.
 //
 // Build it static: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w'.
 package main
@@ -110,26 +111,6 @@ func boot() {
 	}
 	logf("input devices open at %.2fs", uptime())
 	go announceReady(ports)
-}
-
-// announceReady writes "ready\n" to the session port, which blocks until the
-// host has the port open. The port stays open for the life of the guest.
-func announceReady(ports *portLinker) {
-	path, err := ports.wait(sessionPort, portTimeout)
-	if err != nil {
-		logf("session port: %v; still waiting", err)
-		path, _ = ports.wait(sessionPort, 0)
-	}
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		logf("open %s: %v", path, err)
-		return
-	}
-	if _, err := unix.Write(fd, []byte("ready\n")); err != nil {
-		logf("write ready to %s: %v", path, err)
-		return
-	}
-	logf("ready at %.2fs", uptime())
 }
 
 // handleSignals keeps signals from ending PID 1 and turns busybox's halt,

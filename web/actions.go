@@ -1,0 +1,211 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+)
+
+// ActionsRequest is the body of POST /v1/vms/{id}/actions. Exactly one of
+// Tool+Input (a Claude computer-use tool call), Action or Actions (neutral
+// actions, see package actions) is set; the rest are run options.
+type ActionsRequest struct {
+	// Tool is the Claude tool type, e.g. "computer_20251124".
+	Tool  string          `json:"tool,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+	// Action is one neutral action; Actions a list played in order.
+	Action  json.RawMessage `json:"action,omitempty"`
+	Actions json.RawMessage `json:"actions,omitempty"`
+	// ScreenshotSize fixes the size of the screenshots the agent sees and of
+	// its coordinate space: "auto" (XGA/WXGA/FWXGA by aspect ratio, as the
+	// reference demo; the default), "native", or "WxH". Keep it fixed for a
+	// session.
+	ScreenshotSize string `json:"screenshot_size,omitempty"`
+	actions.RunOptions
+}
+
+// ActionsResponse is the answer: the Claude tool_result content plus the
+// neutral fields.
+type ActionsResponse struct {
+	Content []actions.ContentBlock `json:"content"`
+	actions.Result
+	// ScreenshotWidth and ScreenshotHeight are the agent's coordinate space.
+	ScreenshotWidth  int     `json:"screenshot_width"`
+	ScreenshotHeight int     `json:"screenshot_height"`
+	DurationMS       float64 `json:"duration_ms"`
+}
+
+// Action and display error codes.
+const (
+	CodeUnsupportedAction = "unsupported_action" // 400
+	CodeUnknownKey        = "unknown_key"        // 400
+	CodeUntypable         = "untypable_text"     // 400
+	CodeOutOfBounds       = "out_of_bounds"      // 400
+	CodeUnsupportedButton = "unsupported_button" // 400
+	CodePointerUnknown    = "pointer_unknown"    // 409
+	CodeDisplayError      = "display_error"      // 502
+	CodeNoDisplay         = "no_display"         // 501, the server has no display backend
+)
+
+func init() {
+	// Specific action errors before the generic actions.ErrInvalid.
+	sentinels = append([]sentinel{
+		{actions.ErrUnsupportedAction, http.StatusBadRequest, CodeUnsupportedAction},
+		{actions.ErrUnknownKey, http.StatusBadRequest, CodeUnknownKey},
+		{actions.ErrUntypable, http.StatusBadRequest, CodeUntypable},
+		{actions.ErrOutOfBounds, http.StatusBadRequest, CodeOutOfBounds},
+		{actions.ErrUnsupportedButton, http.StatusBadRequest, CodeUnsupportedButton},
+		{actions.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
+		{actions.ErrPointerUnknown, http.StatusConflict, CodePointerUnknown},
+		{actions.ErrDisplay, http.StatusBadGateway, CodeDisplayError},
+	}, sentinels...)
+}
+
+const maxActionsBody = 4 << 20
+
+func (s *server) noDisplay() error {
+	return &httpError{status: http.StatusNotImplemented, code: CodeNoDisplay, msg: "this server has no display backend"}
+}
+
+func (s *server) act(w http.ResponseWriter, r *http.Request) error {
+	if s.desks == nil {
+		return s.noDisplay()
+	}
+	id := vmID(r)
+	var body ActionsRequest
+	if err := decodeJSON(w, r, &body, maxActionsBody); err != nil {
+		return err
+	}
+	acts, err := body.decode()
+	if err != nil {
+		return err
+	}
+	if err := body.RunOptions.Validate(); err != nil {
+		return err
+	}
+	size, err := parseSize(body.ScreenshotSize)
+	if err != nil {
+		return err
+	}
+	d, err := s.desks.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	e, err := d.Executor(size)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := e.Run(r.Context(), acts, body.RunOptions)
+	if err != nil {
+		return fmt.Errorf("actions on vm %s: %w", id, err)
+	}
+	sw, sh := e.Scaler().ScreenshotSize()
+	writeJSON(w, http.StatusOK, ActionsResponse{Content: res.ClaudeContent(), Result: res,
+		ScreenshotWidth: sw, ScreenshotHeight: sh, DurationMS: float64(time.Since(start).Microseconds()) / 1000})
+	return nil
+}
+
+// decode turns the request into neutral actions.
+func (b *ActionsRequest) decode() ([]actions.Action, error) {
+	set := 0
+	for _, present := range []bool{b.Tool != "" || len(b.Input) > 0, len(b.Action) > 0, len(b.Actions) > 0} {
+		if present {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, invalidf("tool", "give exactly one of tool+input (a Claude computer-use call), action or actions")
+	}
+	switch {
+	case b.Tool != "":
+		if len(b.Input) == 0 {
+			return nil, invalidf("input", "required with tool %q", b.Tool)
+		}
+		return actions.TranslateClaude(actions.ClaudeVersion(b.Tool), b.Input)
+	case len(b.Input) > 0:
+		return nil, invalidf("tool", "required with input: one of computer_20241022, computer_20250124, computer_20251124")
+	case len(b.Action) > 0:
+		return actions.DecodeActions(append(append([]byte("["), b.Action...), ']'))
+	default:
+		if bytes.HasPrefix(bytes.TrimSpace(b.Actions), []byte("{")) {
+			return nil, invalidf("actions", "must be a list; use action for a single one")
+		}
+		return actions.DecodeActions(b.Actions)
+	}
+}
+
+func parseSize(s string) (actions.ScreenshotSize, error) {
+	if s == "" {
+		s = "auto"
+	}
+	size, err := actions.ParseScreenshotSize(s)
+	if err != nil {
+		return size, invalidf("screenshot_size", "%v (accepted: auto, native, WxH)", err)
+	}
+	return size, nil
+}
+
+// screenshot serves GET /v1/vms/{id}/screenshot?format=png|jpeg&width=&height=&quality=:
+// the live framebuffer (cursor included), scaled when asked.
+func (s *server) screenshot(w http.ResponseWriter, r *http.Request) error {
+	if s.desks == nil {
+		return s.noDisplay()
+	}
+	q := r.URL.Query()
+	opts := actions.EncodeOptions{Format: actions.ImageFormat(q.Get("format"))}
+	if v := q.Get("quality"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return invalidf("quality", "%q is not a number (1-100)", v)
+		}
+		opts.Quality = n
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	size := "native"
+	wq, hq := q.Get("width"), q.Get("height")
+	switch {
+	case wq != "" && hq != "":
+		size = wq + "x" + hq
+	case wq != "" || hq != "":
+		return invalidf("width", "give both width and height, or neither")
+	case q.Get("size") != "":
+		size = q.Get("size")
+	}
+	sz, err := parseSize(size)
+	if err != nil {
+		return err
+	}
+	d, err := s.desks.Get(r.Context(), vmID(r))
+	if err != nil {
+		return err
+	}
+	if q.Get("settle") != "false" {
+		// Input may just have been sent by another client: make the mirror
+		// current, without waiting for quiet.
+		if _, err := d.Display.Settle(r.Context(), 0, time.Second); err != nil {
+			return fmt.Errorf("screenshot of vm %s: %w: %w", vmID(r), actions.ErrDisplay, err)
+		}
+	}
+	img := d.Display.Snapshot()
+	sc, err := actions.NewScaler(img.Bounds().Dx(), img.Bounds().Dy(), sz)
+	if err != nil {
+		return err
+	}
+	out, mt, err := actions.Encode(sc.Screenshot(img), opts)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", mt)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(out)
+	return err
+}
