@@ -22,7 +22,7 @@ const readBufferSize = 64 << 10
 // one is made for every reconnection.
 type session struct {
 	c    *Client
-	n    int // connection number, from 1
+	n    int // connection attempt number, from 1
 	raw  net.Conn
 	bc   *bufConn
 	pf   PixelFormat
