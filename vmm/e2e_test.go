@@ -83,7 +83,7 @@ func TestE2ETinyLifecycle(t *testing.T) {
 		t.Fatalf("vnc socket %s: %v", vm.VNCSocket, err)
 	}
 	xml := virsh(t, "dumpxml", vm.Domain)
-	for _, want := range []string{"type='socket'", "org.qemu.guest_agent.0", "bus='virtio'", "<deskfarm:vm", "<memory unit='KiB'>262144"} {
+	for _, want := range []string{"type='socket'", "org.qemu.guest_agent.0", "bus='virtio'", `xmlns="https://github.com/deskfarm/deskfarm/xmlns/vm/1"`, "<memory unit='KiB'>262144"} {
 		if !strings.Contains(xml, want) {
 			t.Errorf("domain xml lacks %q", want)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -278,7 +279,15 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	start := time.Now()
 	steps := []step{
 		{name: "overlay",
-			do:   func(context.Context) error { return m.makeOverlay(dir, img.Disk, overlay) },
+			do: func(context.Context) error {
+				err := m.makeOverlay(dir, img.Disk, overlay)
+				if err != nil && !errors.Is(err, fs.ErrExist) {
+					// A step cleans up its own partial work; undo is only
+					// for steps that finished.
+					os.RemoveAll(dir)
+				}
+				return err
+			},
 			undo: func() error { return os.RemoveAll(dir) }},
 		{name: "define",
 			do: func(context.Context) error {

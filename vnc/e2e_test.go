@@ -248,7 +248,7 @@ func TestE2EClient(t *testing.T) {
 		t.Errorf("after reset the mirror is not the initial screen: %s", diff)
 	}
 	if got := c.Stats().Connects; got != connects {
-		t.Logf("reset made the client reconnect (%d -> %d connects)", connects, got)
+		t.Errorf("reset made the client reconnect (%d -> %d connects); loadvm should keep VNC clients", connects, got)
 	}
 	if err := c.Err(); err != nil {
 		t.Errorf("after reset: %v", err)
