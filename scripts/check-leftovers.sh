@@ -3,12 +3,15 @@
 # or sockets behind: a farm cleans up after itself.
 set -euo pipefail
 bad=0
-doms=$(virsh -c qemu:///system list --all --name | grep '^deskfarm-' || true)
+# Domains of the test farm (its VM directories are under /var/lib/deskfarm-test).
+doms=$(for d in $(virsh -c qemu:///system list --all --name | grep '^deskfarm-' || true); do
+	if virsh -c qemu:///system dumpxml "$d" | grep -q '/var/lib/deskfarm-test/'; then echo "$d"; fi
+done)
 if [ -n "$doms" ]; then
 	echo "leftover libvirt domains: $doms" >&2
 	bad=1
 fi
-for d in /var/lib/deskfarm/vms /var/lib/deskfarm-test/vms; do
+for d in /var/lib/deskfarm-test/vms /var/lib/deskfarm-bench/vms; do
 	if [ -d "$d" ] && [ -n "$(ls -A "$d")" ]; then
 		echo "leftover VM directories in $d: $(ls -A "$d")" >&2
 		bad=1

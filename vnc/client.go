@@ -522,15 +522,17 @@ func (c *Client) awaitFence(ctx context.Context) (time.Time, error) {
 
 // Settle returns once the mirror reflects everything sent before the call
 // (a fence round trip completed: see the package documentation) and then
-// showed no change for quiet, or once max has passed; it returns how long it
-// waited. If max passes before the first fence completes the mirror is not
-// known to be current and the error wraps ErrStale; if it passes while the
-// picture keeps changing, Settle returns nil (the mirror is current, just
-// not quiet). A cancelled ctx returns its error.
-func (c *Client) Settle(ctx context.Context, quiet, max time.Duration) (time.Duration, error) {
+// showed no change for quiet, or once maxWait has passed; it returns how
+// long it waited. With quiet 0 it returns right after the fence. If maxWait
+// passes before the first fence completes (no connection, or a server that
+// stopped answering) the mirror is not known to be current and the error
+// wraps ErrStale; if it passes while the picture keeps changing, Settle
+// returns nil (the mirror is current, just not quiet) and a duration of at
+// least maxWait. A cancelled ctx returns its error.
+func (c *Client) Settle(ctx context.Context, quiet, maxWait time.Duration) (time.Duration, error) {
 	start := time.Now()
-	c.log.Debug("settle started", "vm", c.cfg.VM, "op", "vnc.settle", "quiet", quiet, "max", max)
-	mctx, cancel := context.WithTimeout(ctx, max)
+	c.log.Debug("settle started", "vm", c.cfg.VM, "op", "vnc.settle", "quiet", quiet, "max", maxWait)
+	mctx, cancel := context.WithTimeout(ctx, maxWait)
 	defer cancel()
 	fail := func(err error) (time.Duration, error) {
 		waited := time.Since(start)
@@ -544,9 +546,9 @@ func (c *Client) Settle(ctx context.Context, quiet, max time.Duration) (time.Dur
 		lastErr := c.lastErr
 		c.mu.Unlock()
 		if lastErr != nil {
-			return waited, c.errorf("settle", "no fresh update within %v: %w (last connection error: %w)", max, ErrStale, lastErr)
+			return waited, c.errorf("settle", "no fresh update within %v: %w (last connection error: %w)", maxWait, ErrStale, lastErr)
 		}
-		return waited, c.errorf("settle", "no fresh update within %v: %w", max, ErrStale)
+		return waited, c.errorf("settle", "no fresh update within %v: %w", maxWait, ErrStale)
 	}
 	first, err := c.awaitFence(mctx)
 	if err != nil {

@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
+	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -93,22 +93,10 @@ func run(image string, n, ln, mem, vcpus int) error {
 	_ = l.DomainSnapshotDelete(snap, libvirt.DomainSnapshotDeleteMetadataOnly)
 
 	fmt.Printf("| measure (%s image, %d MiB, %d vCPU, %s) | n | median | p95 | ratio |\n|---|---|---|---|---|\n", image, mem, vcpus, vm.Accel)
-	fmt.Printf("| deskfarm reset (QEMU loadvm + clock set) | %d | %s | %s | 1.0x |\n", len(ours), ms(pct(ours, 50)), ms(pct(ours, 95)))
-	fmt.Printf("| libvirt snapshot revert (same VM) | %d | %s | %s | %.1fx slower |\n", len(theirs), ms(pct(theirs, 50)), ms(pct(theirs, 95)),
-		float64(pct(theirs, 50))/float64(pct(ours, 50)))
-	fmt.Printf("| libvirt snapshot create (once) | 1 | %s | | |\n", ms(snapCreate))
-	fmt.Printf("| cold boot to ready (define, boot, session, agent, savevm) | 1 | %s | | |\n", ms(boot))
+	fmt.Printf("| deskfarm reset (QEMU loadvm + clock set) | %d | %s | %s | 1.0x |\n", len(ours), stats.MS(stats.Pct(ours, 50)), stats.MS(stats.Pct(ours, 95)))
+	fmt.Printf("| libvirt snapshot revert (same VM) | %d | %s | %s | %s slower |\n", len(theirs), stats.MS(stats.Pct(theirs, 50)), stats.MS(stats.Pct(theirs, 95)),
+		stats.Ratio(theirs, ours))
+	fmt.Printf("| libvirt snapshot create (once) | 1 | %s | | |\n", stats.MS(snapCreate))
+	fmt.Printf("| cold boot to ready (define, boot, session, agent, savevm) | 1 | %s | | |\n", stats.MS(boot))
 	return nil
 }
-
-func pct(d []time.Duration, p int) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return s[i]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }

@@ -37,6 +37,8 @@ packages=(
 	# boot and system
 	linux-image-amd64 initramfs-tools systemd-sysv udev kmod dbus libpam-systemd
 	qemu-guest-agent sudo procps less python3
+	# in-guest screenshots (what harnesses without a VNC mirror use; a benchmark baseline)
+	scrot
 	# X
 	xserver-xorg-core xserver-xorg-input-libinput xinit xauth x11-xserver-utils xcvt
 	xdotool dbus-x11 fonts-dejavu-core librsvg2-common

@@ -1,0 +1,167 @@
+// Command actions measures, in one run on one desktop VM, deskfarm's
+// screenshots and actions against the baselines a user would otherwise use:
+//
+//   - screenshot: deskfarm's API (a copy of the live VNC mirror, PNG) vs
+//     libvirt's screenshot (QEMU screendump, what virDomainScreenshot does)
+//     vs scrot in the guest through the guest agent (in-VM servers' way);
+//
+//   - click to settled screenshot: deskfarm's settle vs the reference demo's
+//     fixed 2 s sleep after every action.
+//
+//     go run ./bench/actions [-image desktop] [-n 30]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/bench/internal/stats"
+	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/images"
+	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/web"
+)
+
+func main() {
+	image := flag.String("image", "desktop", "image to measure on")
+	n := flag.Int("n", 30, "samples per measure")
+	flag.Parse()
+	if err := run(*image, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/actions:", err)
+		os.Exit(1)
+	}
+}
+
+func run(image string, n int) error {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := vmm.New(ctx, vmm.Config{StateDir: "/var/lib/deskfarm-bench", Images: vmm.StoreImages{Store: &images.Store{}}, Log: log})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: image, MemoryMiB: 1024, VCPUs: 2})
+	if err != nil {
+		return err
+	}
+	defer m.Destroy(ctx, vm.ID)
+	pool := desk.NewPool(m, log)
+	defer pool.Close()
+	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool, Logger: log}))
+	defer srv.Close()
+	d, err := pool.Get(ctx, vm.ID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "vm %s (%s, %dx%d, %s) ready; %d samples each\n", vm.ID, image, vm.Width, vm.Height, vm.Accel, n)
+	time.Sleep(3 * time.Second) // let the fresh desktop go idle, as between agent turns
+
+	var api, mirror, libvirt, scrot []time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		resp, err := http.Get(srv.URL + "/v1/vms/" + vm.ID + "/screenshot?format=png")
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("screenshot: %s", resp.Status)
+		}
+		api = append(api, time.Since(t0))
+
+		t0 = time.Now()
+		if _, _, err := actions.Encode(d.Display.Snapshot(), actions.EncodeOptions{}); err != nil {
+			return err
+		}
+		mirror = append(mirror, time.Since(t0))
+
+		t0 = time.Now()
+		if _, err := m.Screenshot(ctx, vm.ID); err != nil {
+			return err
+		}
+		libvirt = append(libvirt, time.Since(t0))
+
+		if image == "desktop" {
+			t0 = time.Now()
+			res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"runuser", "-u", "user", "--", "env", "DISPLAY=:0",
+				"scrot", "-o", "/tmp/shot.png"}, Timeout: 30 * time.Second})
+			if err != nil || res.ExitCode != 0 {
+				return fmt.Errorf("scrot: %v %s", err, res.Stderr)
+			}
+			if _, err := m.ReadFile(ctx, vm.ID, "/tmp/shot.png"); err != nil {
+				return err
+			}
+			scrot = append(scrot, time.Since(t0))
+		}
+	}
+
+	// Click to settled screenshot: open and close the panel menu, a real
+	// repaint, alternating so every click changes the screen.
+	e, err := d.Executor(actions.ScreenshotSize{})
+	if err != nil {
+		return err
+	}
+	menu := fmt.Sprintf(`{"action":"left_click","coordinate":[12,%d]}`, vm.Height-12)
+	empty := fmt.Sprintf(`{"action":"left_click","coordinate":[%d,%d]}`, vm.Width/2, vm.Height/2)
+	var settle, fixed []time.Duration
+	var timedOut int
+	for i := 0; i < n; i++ {
+		input := menu
+		if i%2 == 1 {
+			input = empty
+		}
+		acts, err := actions.TranslateClaude(actions.Computer20251124, []byte(input))
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Second) // idle between turns, as an agent thinking
+		t0 := time.Now()
+		res, err := e.Run(ctx, acts, actions.RunOptions{})
+		if err != nil {
+			return err
+		}
+		settle = append(settle, time.Since(t0))
+		if res.SettleTimedOut {
+			timedOut++
+		}
+	}
+	// The demo's way, a few times: act, sleep 2 s, screenshot.
+	for i := 0; i < 4; i++ {
+		acts, _ := actions.TranslateClaude(actions.Computer20251124, []byte([]string{menu, empty}[i%2]))
+		t0 := time.Now()
+		if _, err := e.Run(ctx, acts, actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}); err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+		if _, _, err := actions.Encode(d.Display.Snapshot(), actions.EncodeOptions{}); err != nil {
+			return err
+		}
+		fixed = append(fixed, time.Since(t0))
+	}
+
+	fmt.Printf("| measure (%s image %dx%d, %s, n=%d) | median | p95 | vs deskfarm |\n|---|---|---|---|\n", image, vm.Width, vm.Height, vm.Accel, n)
+	row := func(name string, d []time.Duration, base []time.Duration) {
+		fmt.Printf("| %s | %s | %s | %s |\n", name, stats.MS(stats.Pct(d, 50)), stats.MS(stats.Pct(d, 95)), stats.Ratio(d, base))
+	}
+	row("deskfarm screenshot, HTTP GET /screenshot (PNG)", api, api)
+	row("deskfarm mirror copy + PNG encode (no HTTP)", mirror, api)
+	row("libvirt screenshot (QEMU screendump, PPM)", libvirt, api)
+	if len(scrot) > 0 {
+		row("scrot in the guest + file read through the agent", scrot, api)
+	}
+	row("left_click -> settled screenshot (deskfarm)", settle, settle)
+	row("left_click -> 2 s sleep -> screenshot (reference demo)", fixed, settle)
+	if timedOut > 0 {
+		fmt.Printf("\n%d of %d clicks hit the settle maximum.\n", timedOut, n)
+	}
+	return nil
+}
