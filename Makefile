@@ -9,7 +9,7 @@ LISTEN   ?= 127.0.0.1:8080
 IMAGES   ?= desktop
 GO_TEST_TIMEOUT ?= 75m
 
-.PHONY: run test setup build images unit e2e vet bench clean
+.PHONY: run test setup build images unit e2e vet bench clean novnc
 
 run: setup build
 	$(BIN) image build $(IMAGES)
@@ -22,6 +22,14 @@ test: setup build vet unit
 
 setup:
 	@scripts/setup-host.sh
+	@$(MAKE) --no-print-directory novnc
+
+# noVNC (browser takeover) is served from disk, not embedded: a fresh clone
+# builds without npm. deskfarm serve finds it here (web.DefaultNoVNCDir).
+NOVNC_VERSION ?= 1.7.0
+novnc:
+	@test -f web/assets/vendor/node_modules/@novnc/novnc/core/rfb.js || \
+		npm install --prefix web/assets/vendor --no-save --no-package-lock --no-audit --no-fund @novnc/novnc@$(NOVNC_VERSION)
 
 build:
 	go build -o $(BIN) ./cmd/deskfarm

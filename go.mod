@@ -5,11 +5,10 @@ go 1.26.8
 require (
 	github.com/digitalocean/go-libvirt v0.0.0-20261013170128-efbbdf578ac8
 	github.com/disintegration/imaging v1.6.2
+	github.com/gorilla/websocket v1.5.3
 	github.com/mitchellh/go-vnc v0.0.0-20150629162542-723ed9867aed
+	golang.org/x/image v0.48.0
 	golang.org/x/sys v0.50.0
 )
 
-require (
-	golang.org/x/crypto v0.48.0 // indirect
-	golang.org/x/image v0.48.0 // indirect
-)
+require golang.org/x/crypto v0.48.0 // indirect

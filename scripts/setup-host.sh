@@ -13,7 +13,8 @@ fi
 
 # Packages. dpkg-query first so a prepared machine never touches apt.
 pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
-	debootstrap e2fsprogs busybox-static cpio kmod zstd xz-utils ca-certificates)
+	debootstrap e2fsprogs busybox-static cpio kmod zstd xz-utils ca-certificates
+	chromium npm)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

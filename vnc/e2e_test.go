@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"image"
-	"image/draw"
 	"image/png"
 	"log/slog"
 	"net"
@@ -18,70 +17,31 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/images/tiny/screen"
+	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/digitalocean/go-libvirt"
-	"github.com/digitalocean/go-libvirt/socket/dialers"
 )
 
 // The real-VM test boots the tiny guest image (images/tiny): its /init draws
 // a known screen, a marker centred on every pointer press and the typed
 // characters, and logs input events.
-const (
-	tinyImageDir = "/var/lib/deskfarm-try-img"
-	e2eStateDir  = "/var/lib/deskfarm-dev-vnc"
-)
 
 // captureEnv, when set to a directory, makes TestE2EClient write a new
 // capture of QEMU's side of the connection there (see testdata/README).
 const captureEnv = "DESKFARM_VNC_CAPTURE"
 
-type fixedImage struct{ img vmm.BaseImage }
-
-func (f fixedImage) Resolve(string) (vmm.BaseImage, error) { return f.img, nil }
-
-// requireTinyVM skips unless a real VM can run here.
-// TODO(lead): switch to internal/testenv once the tiny image is in the store.
-func requireTinyVM(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("real-VM test: needs root")
-	}
-	for _, f := range []string{"vmlinuz", "initrd.img", "disk.qcow2"} {
-		if _, err := os.Stat(filepath.Join(tinyImageDir, f)); err != nil {
-			t.Skipf("real-VM test: tiny image: %v", err)
-		}
-	}
-	if _, err := os.Stat(vmm.DefaultLibvirtSocket); err != nil {
-		t.Skipf("real-VM test: libvirtd: %v", err)
-	}
-}
+// requireTinyVM skips (or, under make test, fails) unless a real VM can run.
+func requireTinyVM(t *testing.T) { testenv.RequireVM(t, "tiny") }
 
 func startTinyVM(t *testing.T) (*vmm.Manager, vmm.VM) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	m, err := vmm.New(ctx, vmm.Config{StateDir: e2eStateDir, Log: log, Images: fixedImage{vmm.BaseImage{
-		Name: "tiny", Hash: "dev",
-		Disk:    filepath.Join(tinyImageDir, "disk.qcow2"),
-		Kernel:  filepath.Join(tinyImageDir, "vmlinuz"),
-		Initrd:  filepath.Join(tinyImageDir, "initrd.img"),
-		Cmdline: "console=ttyS0 quiet",
-	}}})
-	if err != nil {
-		t.Fatalf("vmm.New: %v", err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m := testenv.Manager(t, "tiny")
 	start := time.Now()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
 	if err != nil {
 		t.Fatalf("create tiny vm: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := m.Destroy(context.Background(), vm.ID); err != nil {
-			t.Errorf("destroy vm %s: %v", vm.ID, err)
-		}
-	})
 	t.Logf("vm %s ready in %v (%dx%d, %s)", vm.ID, time.Since(start).Round(time.Millisecond), vm.Width, vm.Height, vm.Accel)
 	return m, vm
 }
@@ -103,8 +63,14 @@ func TestE2EClient(t *testing.T) {
 	m, vm := startTinyVM(t)
 	ctx := context.Background()
 
-	shots := &screenshotter{m: m, vm: vm}
-	defer shots.close()
+	shot := func() *image.RGBA {
+		t.Helper()
+		img, err := m.Screenshot(ctx, vm.ID)
+		if err != nil {
+			t.Fatalf("libvirt screenshot: %v", err)
+		}
+		return img
+	}
 	var tap *tapConn
 	c, err := Dial(ctx, Config{Socket: vm.VNCSocket, VM: vm.ID, Log: testLogger(), DialFunc: func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
@@ -139,7 +105,7 @@ func TestE2EClient(t *testing.T) {
 	mirrorMatchesLibvirt := func(what string) {
 		t.Helper()
 		settle(what)
-		want := shots.take(t)
+		want := shot()
 		if ok, diff := imagesEqual(c.SnapshotRaw(), want); !ok {
 			savePNG(t, "mirror-"+what, c.SnapshotRaw())
 			savePNG(t, "libvirt-"+what, want)
@@ -266,7 +232,7 @@ func TestE2EClient(t *testing.T) {
 		_ = c.Snapshot()
 		snapTimes = append(snapTimes, time.Since(start))
 		start = time.Now()
-		shots.take(t)
+		shot()
 		libvirtTimes = append(libvirtTimes, time.Since(start))
 	}
 	for range 3 {
@@ -278,7 +244,7 @@ func TestE2EClient(t *testing.T) {
 		idleSettle = append(idleSettle, d)
 	}
 	t.Logf("Snapshot: %s", durStats(snapTimes))
-	t.Logf("libvirt screenshot (%s, %d empty replies retried): %s", shots.how, shots.retries, durStats(libvirtTimes))
+	t.Logf("libvirt screenshot (vmm.Manager.Screenshot): %s", durStats(libvirtTimes))
 	t.Logf("Settle(quiet=100ms) after a click on an idle guest: %s", durStats(settleClick))
 	t.Logf("Settle(quiet=0) on an idle guest (fence only): %s", durStats(idleSettle))
 	t.Logf("stats: %+v", c.Stats())
@@ -368,64 +334,6 @@ func writeCapture(t *testing.T, dir string, stream []byte, mirror *image.RGBA) {
 		t.Fatal(err)
 	}
 	t.Logf("capture: %d bytes of stream (%d gzipped), screen %d bytes PNG, in %s", len(stream), z.Len(), p.Len(), dir)
-}
-
-// screenshotter takes libvirt screenshots: vmm's Manager.Screenshot, or,
-// while that fails, go-libvirt's DomainScreenshot directly. (On libvirt 9.0
-// with QEMU 7.2 the screenshot is a PNG, and go-libvirt fails decoding the
-// reply's MIME type after the stream carried the whole image.)
-type screenshotter struct {
-	m   *vmm.Manager
-	vm  vmm.VM
-	l   *libvirt.Libvirt
-	dom libvirt.Domain
-	how string
-	// retries counts go-libvirt screenshots that came back empty.
-	retries int
-}
-
-func (s *screenshotter) take(t *testing.T) *image.RGBA {
-	t.Helper()
-	if s.l == nil {
-		img, err := s.m.Screenshot(context.Background(), s.vm.ID)
-		if err == nil {
-			s.how = "vmm.Manager.Screenshot"
-			return img
-		}
-		t.Logf("vmm.Manager.Screenshot failed (%v); using go-libvirt DomainScreenshot directly from here on", err)
-		s.l = libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(vmm.DefaultLibvirtSocket)))
-		if err := s.l.ConnectToURI(libvirt.QEMUSystem); err != nil {
-			t.Fatalf("connect to libvirtd: %v", err)
-		}
-		if s.dom, err = s.l.DomainLookupByName(s.vm.Domain); err != nil {
-			t.Fatalf("look up domain %s: %v", s.vm.Domain, err)
-		}
-		s.how = "go-libvirt DomainScreenshot"
-	}
-	var b bytes.Buffer
-	for attempt := 1; ; attempt++ {
-		_, err := s.l.DomainScreenshot(s.dom, &b, 0, 0)
-		if b.Len() > 0 {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("libvirt screenshot of %s: %v", s.vm.Domain, err)
-		}
-		s.retries++
-	}
-	img, _, err := image.Decode(&b)
-	if err != nil {
-		t.Fatalf("decode libvirt screenshot of %s: %v", s.vm.Domain, err)
-	}
-	rgba := image.NewRGBA(img.Bounds())
-	draw.Draw(rgba, rgba.Rect, img, img.Bounds().Min, draw.Src)
-	return rgba
-}
-
-func (s *screenshotter) close() {
-	if s.l != nil {
-		s.l.Disconnect()
-	}
 }
 
 // testLogger logs at debug level when DESKFARM_VNC_DEBUG is set.

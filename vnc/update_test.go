@@ -15,6 +15,12 @@ import (
 	"testing"
 )
 
+// Files of the QEMU capture under testdata/; see testdata/README.md.
+const (
+	captureStream = "qemu-7.2-tiny-1280x800.rfb.gz"
+	captureScreen = "qemu-7.2-tiny-1280x800.png"
+)
+
 // loadCapture returns QEMU's side of a recorded connection (see
 // testdata/README.md), after the handshake, and the framebuffer size.
 func loadCapture(t testing.TB) ([]byte, image.Point) {

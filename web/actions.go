@@ -105,6 +105,7 @@ func (s *server) act(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("actions on vm %s: %w", id, err)
 	}
+	s.activity.record(id, acts, res, e.Scaler())
 	sw, sh := e.Scaler().ScreenshotSize()
 	writeJSON(w, http.StatusOK, ActionsResponse{Content: res.ClaudeContent(), Result: res,
 		ScreenshotWidth: sw, ScreenshotHeight: sh, DurationMS: float64(time.Since(start).Microseconds()) / 1000})

@@ -49,6 +49,9 @@ type Options struct {
 	// Desks gives the live displays for actions and screenshots; nil
 	// answers those endpoints with 501.
 	Desks *desk.Pool
+	// NoVNCDir is the noVNC package directory served at /novnc/ for taking
+	// over a VM; empty means $DESKFARM_NOVNC_DIR, else DefaultNoVNCDir.
+	NoVNCDir string
 }
 
 type server struct {
@@ -57,6 +60,11 @@ type server struct {
 	token   string
 	trusted []netip.Prefix
 	desks   *desk.Pool
+	// Browser viewers (viewer.go, stream.go, proxy.go, control.go).
+	novnc    string
+	hubs     *hubs
+	activity *activity
+	control  *controls
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -77,6 +85,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.novnc, s.hubs, s.activity, s.control = noVNCDir(opts.NoVNCDir), newHubs(s.log), newActivity(), newControls()
 	if s.trusted == nil {
 		s.trusted = DefaultTrustedNets
 	}
@@ -90,8 +99,20 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"POST", "/v1/vms/{id}/exec", "exec", s.exec},
 		{"GET", "/v1/vms/{id}/files", "read_file", s.readFile},
 		{"PUT", "/v1/vms/{id}/files", "write_file", s.writeFile},
-		{"POST", "/v1/vms/{id}/actions", "actions", s.act},
+		{"POST", "/v1/vms/{id}/actions", "actions", s.agentInput(s.act)},
 		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.screenshot},
+		// Browser viewers.
+		{"GET", "/{$}", "dashboard", s.dashboard},
+		{"GET", "/wall", "wall", s.wall},
+		{"GET", "/vms/{id}", "live_view", s.liveView},
+		{"GET", "/assets/{path...}", "assets", s.assets},
+		{"GET", "/novnc/{path...}", "novnc", s.noVNC},
+		{"GET", "/v1/vms/{id}/stream", "stream", s.stream},
+		{"GET", "/v1/vms/{id}/activity", "activity", s.activityStream},
+		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.vncProxy},
+		{"POST", "/v1/vms/{id}/control", "take_control", s.takeControl},
+		{"GET", "/v1/vms/{id}/control", "control_status", s.controlStatus},
+		{"DELETE", "/v1/vms/{id}/control", "release_control", s.releaseControl},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}

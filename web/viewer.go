@@ -1,0 +1,208 @@
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// The browser side: a dashboard (/), a wall of live thumbnails (/wall) and
+// a live view per VM (/vms/{id}), built from the embedded files in assets/.
+// noVNC, used only to take over a VM, is served from a directory on disk
+// (Options.NoVNCDir) at /novnc/, so a fresh clone builds without npm.
+
+//go:embed assets/*.html assets/*.js assets/*.css
+var assetFS embed.FS
+
+var pages = template.Must(template.ParseFS(assetFS, "assets/*.html"))
+
+// DefaultNoVNCDir is where `make novnc` installs the noVNC package
+// (npm install --prefix web/assets/vendor @novnc/novnc), relative to the
+// directory deskfarm runs in. $DESKFARM_NOVNC_DIR overrides it.
+const DefaultNoVNCDir = "web/assets/vendor/node_modules/@novnc/novnc"
+
+// noVNCDir resolves Options.NoVNCDir.
+func noVNCDir(opt string) string {
+	switch {
+	case opt != "":
+		return opt
+	case os.Getenv("DESKFARM_NOVNC_DIR") != "":
+		return os.Getenv("DESKFARM_NOVNC_DIR")
+	}
+	return DefaultNoVNCDir
+}
+
+// assetsHandler serves the embedded scripts and styles.
+func (s *server) assets(w http.ResponseWriter, r *http.Request) error {
+	sub, err := fs.Sub(assetFS, "assets")
+	if err != nil {
+		return fmt.Errorf("open embedded assets: %w", err)
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	http.StripPrefix("/assets/", http.FileServerFS(sub)).ServeHTTP(w, r)
+	return nil
+}
+
+// noVNC serves the noVNC package from disk.
+func (s *server) noVNC(w http.ResponseWriter, r *http.Request) error {
+	if _, err := os.Stat(filepath.Join(s.novnc, "core", "rfb.js")); err != nil {
+		return &httpError{status: http.StatusNotFound, code: CodeNotFound,
+			msg: fmt.Sprintf("noVNC is not installed in %s (run `make novnc`, or set --novnc-dir/DESKFARM_NOVNC_DIR): %v", s.novnc, err)}
+	}
+	http.StripPrefix("/novnc/", http.FileServer(http.Dir(s.novnc))).ServeHTTP(w, r)
+	return nil
+}
+
+// dashboardRow is one VM on the dashboard.
+type dashboardRow struct {
+	vmm.VM
+	Uptime     string
+	LastAction string
+	LastAgo    string
+	Human      bool
+}
+
+// dashboard serves GET / to browsers. API clients (no text/html in
+// Accept) keep getting the JSON 404 that / always gave them.
+func (s *server) dashboard(w http.ResponseWriter, r *http.Request) error {
+	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		return &httpError{status: http.StatusNotFound, code: CodeNotFound,
+			msg: fmt.Sprintf("%s %s: no such endpoint (the dashboard is for browsers: Accept: text/html)", r.Method, r.URL.Path)}
+	}
+	vms, err := s.farm.List(r.Context())
+	if err != nil {
+		return err
+	}
+	sort.Slice(vms, func(i, j int) bool { return vms[i].CreatedAt.Before(vms[j].CreatedAt) })
+	rows := make([]dashboardRow, 0, len(vms))
+	for _, vm := range vms {
+		row := dashboardRow{VM: vm, Uptime: since(vm.CreatedAt)}
+		if ev, ok := s.activity.last(vm.ID); ok {
+			row.LastAction, row.LastAgo = describe(ev), since(ev.Time)
+		}
+		_, row.Human = s.control.human(vm.ID)
+		rows = append(rows, row)
+	}
+	return s.page(w, "dashboard.html", map[string]any{"VMs": rows, "Now": time.Now().Format(time.TimeOnly)})
+}
+
+func (s *server) wall(w http.ResponseWriter, r *http.Request) error {
+	vms, err := s.farm.List(r.Context())
+	if err != nil {
+		return err
+	}
+	sort.Slice(vms, func(i, j int) bool { return vms[i].CreatedAt.Before(vms[j].CreatedAt) })
+	var live []vmm.VM
+	for _, vm := range vms {
+		if vm.State == vmm.StateReady {
+			live = append(live, vm)
+		}
+	}
+	return s.page(w, "wall.html", map[string]any{"VMs": live})
+}
+
+func (s *server) liveView(w http.ResponseWriter, r *http.Request) error {
+	vm, err := s.farm.Get(r.Context(), vmID(r))
+	if err != nil {
+		return err
+	}
+	return s.page(w, "vm.html", map[string]any{"VM": vm, "Uptime": since(vm.CreatedAt)})
+}
+
+func (s *server) page(w http.ResponseWriter, name string, data any) error {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := pages.ExecuteTemplate(w, name, data); err != nil {
+		return fmt.Errorf("render page %s: %w", name, err)
+	}
+	return nil
+}
+
+// since formats the time since t for people: "3m12s".
+func since(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return time.Since(t).Round(time.Second).String()
+}
+
+// describe is a one-line summary of an event.
+func describe(ev ActivityEvent) string {
+	s := ev.Kind
+	if ev.X != nil && ev.Y != nil {
+		s += fmt.Sprintf(" (%d, %d)", *ev.X, *ev.Y)
+	}
+	if len(ev.Keys) > 0 {
+		s += fmt.Sprintf(" %v", ev.Keys)
+	}
+	if ev.Text != "" {
+		s += " " + strconv.Quote(ev.Text)
+	}
+	return s
+}
+
+// activityStream serves GET /v1/vms/{id}/activity as server-sent events:
+// the kept events (after ?after=N or Last-Event-ID), then each new one.
+func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
+	id := vmID(r)
+	if _, err := s.farm.Get(r.Context(), id); err != nil {
+		return err
+	}
+	var after uint64
+	a := r.URL.Query().Get("after")
+	if a == "" {
+		a = r.Header.Get("Last-Event-ID")
+	}
+	if a != "" {
+		n, err := strconv.ParseUint(a, 10, 64)
+		if err != nil {
+			return invalidf("after", "%q is not an event number", a)
+		}
+		after = n
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return fmt.Errorf("activity of vm %s: flush: %w", id, err)
+	}
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		evs, changed := s.activity.since(id, after)
+		for _, ev := range evs {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return fmt.Errorf("activity of vm %s: encode event: %w", id, err)
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, b); err != nil {
+				return nil // the viewer went away
+			}
+			after = ev.Seq
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return nil
+			}
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
