@@ -95,7 +95,7 @@ func TestE2EDesktop(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: vmm.StoreImages{Store: testenv.RequireVM(t, "desktop")}})
+	m2, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: vmm.StoreImages{Store: testenv.RequireVM(t, "desktop")}, LockWait: testenv.LockWait})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -236,12 +236,12 @@ func TestE2EBadInput(t *testing.T) {
 func TestE2ECreateFailureLeavesNothing(t *testing.T) {
 	st := testenv.RequireVM(t, "tiny")
 	ctx := context.Background()
-	m, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: vmm.StoreImages{Store: st}, BootTimeout: 300 * time.Millisecond})
+	m, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: vmm.StoreImages{Store: st}, BootTimeout: 300 * time.Millisecond, LockWait: testenv.LockWait})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer testenv.Cleanup(t, m)
 	_, err = m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	testenv.Cleanup(t, m) // also releases the state dir for the next farm
 	if !errors.Is(err, vmm.ErrTimeout) || !strings.Contains(err.Error(), "wait-display") {
 		t.Fatalf("create with a 300ms boot budget: %v", err)
 	}
@@ -251,7 +251,7 @@ func TestE2ECreateFailureLeavesNothing(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "broken.qcow2")
 	os.WriteFile(bad, []byte("not a qcow2 image"), 0o644)
 	img, _ := st.Get("tiny")
-	m2, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: fixedImage{vmm.BaseImage{Name: "broken", Disk: bad, Kernel: img.Kernel, Initrd: img.Initrd}}})
+	m2, err := vmm.New(ctx, vmm.Config{StateDir: testenv.StateDir, Images: fixedImage{vmm.BaseImage{Name: "broken", Disk: bad, Kernel: img.Kernel, Initrd: img.Initrd}}, LockWait: testenv.LockWait})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	Images ImageResolver
 	// Log receives structured logs. Default slog.Default().
 	Log *slog.Logger
+	// LockWait is how long New waits for another deskfarm to release the
+	// state dir. Default 0: fail at once with ErrStateDirBusy.
+	LockWait time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -102,7 +105,7 @@ type Manager struct {
 	mu          sync.Mutex
 	vms         map[string]*machine
 	closeOnce   sync.Once
-	reconciling sync.Mutex
+	lock        *os.File
 }
 
 var _ Farm = (*Manager)(nil)
@@ -143,20 +146,27 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "vms"), 0o755); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
+	lock, err := lockStateDir(cfg.StateDir, cfg.LockWait)
+	if err != nil {
+		return nil, err
+	}
 
 	conn, err := dialLibvirt(cfg.LibvirtSocket, cfg.Log)
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	memKiB, cpus, err := conn.hostInfo()
 	if err != nil {
 		conn.close()
+		lock.Close()
 		return nil, fmt.Errorf("read host info from libvirt: %w", err)
 	}
 	m := &Manager{cfg: cfg, hv: conn, conn: conn, accel: accel, uid: uid, gid: gid,
-		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{}}
+		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{}, lock: lock}
 	if err := m.recover(ctx); err != nil {
 		conn.close()
+		lock.Close()
 		return nil, err
 	}
 	return m, nil
@@ -177,6 +187,7 @@ func (m *Manager) Close() error {
 		}
 		m.mu.Unlock()
 		err = m.conn.close()
+		m.lock.Close() // releases the flock
 	})
 	return err
 }

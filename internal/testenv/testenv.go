@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
@@ -17,6 +18,10 @@ import (
 // StateDir is where test VMs live; apart from a serving farm's /var/lib/deskfarm
 // so tests never adopt or remove a user's VMs.
 const StateDir = "/var/lib/deskfarm-test"
+
+// LockWait is how long a test waits for another test process (another
+// package's tests, run concurrently by hand) to release StateDir.
+const LockWait = 20 * time.Minute
 
 // Required reports whether VM tests must run rather than skip.
 func Required() bool {
@@ -56,7 +61,7 @@ func Manager(t testing.TB, imageNames ...string) *vmm.Manager {
 	t.Helper()
 	st := RequireVM(t, imageNames...)
 	m, err := vmm.New(context.Background(), vmm.Config{StateDir: StateDir, Images: vmm.StoreImages{Store: st},
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+		LockWait: LockWait, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("vmm.New: %v", err)
 	}
