@@ -11,4 +11,9 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require golang.org/x/crypto v0.48.0 // indirect
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	golang.org/x/crypto v0.48.0 // indirect
+)

@@ -37,8 +37,10 @@ func TestE2EDesktopTerminalByKeys(t *testing.T) {
 	// looking at screenshots.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		r, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"env", "DISPLAY=:0",
-			"xdotool", "getactivewindow", "getwindowclassname"}, Timeout: 20 * time.Second})
+		r, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"sh", "-c",
+			// bookworm's xdotool has no getwindowclassname: is the active
+			// window one of lxterminal's?
+			`export DISPLAY=:0; a=$(xdotool getactivewindow) && xdotool search --onlyvisible --class lxterminal | grep -qx "$a" && echo lxterminal`}, Timeout: 20 * time.Second})
 		if err == nil && strings.Contains(strings.ToLower(string(r.Stdout)), "lxterminal") {
 			break
 		}

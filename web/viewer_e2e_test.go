@@ -3,21 +3,27 @@ package web_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"image"
 	"image/jpeg"
+	"image/png"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
 
 	"github.com/deskfarm/deskfarm/images/tiny/screen"
+	"github.com/deskfarm/deskfarm/internal/testenv"
 )
 
 // These tests watch and take over a real tiny VM through the browser
@@ -351,4 +357,170 @@ func noVNCDir(t *testing.T) string {
 	return d
 }
 
-var _ = context.Background
+// browser starts a headless Chromium for the test and returns its context.
+// The browser process ends with the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		testenv.Unavailable(t, "chromium is not installed (scripts/setup-host.sh installs it)")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1700, 1100),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() {
+		cancel()      // closes the browser
+		cancelAlloc() // waits for the process to exit
+	})
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// do runs chromedp steps under a timeout.
+func do(t *testing.T, ctx context.Context, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// eval evaluates a JavaScript expression (awaiting a promise) in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("browser: evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// poll waits until a JavaScript expression is true in the page.
+func poll(t *testing.T, ctx context.Context, timeout time.Duration, expr string) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := chromedp.Run(tctx, chromedp.Poll[bool](expr)); err != nil {
+		t.Fatalf("browser: waiting for %s: %v", expr, err)
+	}
+}
+
+// canvasImage returns the live view's stream canvas.
+func canvasImage(t *testing.T, ctx context.Context) *image.RGBA {
+	t.Helper()
+	url := eval[string](t, ctx, `document.getElementById('screen').toDataURL('image/png')`)
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(url, "data:image/png;base64,"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toRGBA(img)
+}
+
+// waitFor polls cond every 100 ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// vncPoint returns where in the page guest pixel p is on the noVNC canvas.
+func vncPoint(t *testing.T, ctx context.Context, p image.Point) (float64, float64) {
+	t.Helper()
+	xy := eval[[]float64](t, ctx, fmt.Sprintf(`(() => {
+		const c = document.querySelector('#vnc canvas');
+		const r = c.getBoundingClientRect();
+		return [r.left + (%d + 0.5) * r.width / c.width, r.top + (%d + 0.5) * r.height / c.height];
+	})()`, p.X, p.Y))
+	return xy[0], xy[1]
+}
+
+func TestE2EBrowserViewer(t *testing.T) {
+	t.Setenv("DESKFARM_NOVNC_DIR", noVNCDir(t))
+	a := startTiny(t)
+	if _, err := os.Stat(filepath.Join(noVNCDir(t), "core", "rfb.js")); err != nil {
+		testenv.Unavailable(t, "noVNC is not installed (run `make novnc`)")
+	}
+	ctx := browser(t)
+
+	// The dashboard lists the VM.
+	do(t, ctx, 20*time.Second,
+		chromedp.Navigate(a.srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-vm="`+a.vm.ID+`"]`)))
+
+	// The live view shows the desktop.
+	do(t, ctx, 20*time.Second, chromedp.Navigate(a.srv.URL+"/vms/"+a.vm.ID))
+	poll(t, ctx, 20*time.Second, `window.deskfarm !== undefined && window.deskfarm.stats.frames > 0`)
+	if s := similar(canvasImage(t, ctx), a.screenshot("format=png"), 24); s < 0.99 {
+		t.Errorf("live view canvas matches the screenshot in %.3f of its pixels, want >= 0.99", s)
+	}
+
+	// An agent action appears in the view and in the overlay's log.
+	p := image.Pt(500, 400)
+	a.act(fmt.Sprintf(`{"screenshot_size":"native","action":{"kind":"click","x":%d,"y":%d}}`, p.X, p.Y), 200)
+	waitFor(t, 10*time.Second, "the click marker on the live view canvas", func() bool {
+		return markerNear(canvasImage(t, ctx), screen.ButtonLeft, p)
+	})
+	poll(t, ctx, 10*time.Second, fmt.Sprintf(`window.deskfarm.events.some(e => e.kind === 'click' && e.x === %d && e.y === %d)`, p.X, p.Y))
+	logText := eval[string](t, ctx, `document.querySelector('#log li[data-kind="click"]').textContent`)
+	if !strings.Contains(logText, fmt.Sprintf("(%d, %d)", p.X, p.Y)) {
+		t.Errorf("action log entry %q does not show the click at %v", logText, p)
+	}
+
+	// A read-only noVNC connection with the browser's viewOnly off: the
+	// proxy drops its input.
+	a.inputLog()
+	ro := image.Pt(200, 600)
+	eval[bool](t, ctx, `window.deskfarm.openVNC('', false).then(() => true)`)
+	x, y := vncPoint(t, ctx, ro)
+	do(t, ctx, 10*time.Second, chromedp.MouseClickXY(x, y), chromedp.KeyEvent("q"))
+
+	// Take control with the button; a click in the browser reaches the VM.
+	do(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#take`)))
+	poll(t, ctx, 20*time.Second, `document.getElementById('mode').textContent.startsWith('YOU HAVE CONTROL')`)
+	b := image.Pt(800, 250)
+	x, y = vncPoint(t, ctx, b)
+	do(t, ctx, 10*time.Second, chromedp.MouseClickXY(x, y))
+	waitFor(t, 10*time.Second, "the takeover click's marker in the guest", func() bool {
+		return markerNear(a.screenshot("format=png"), screen.ButtonLeft, b)
+	})
+	for _, l := range a.inputLog() {
+		if strings.Contains(l, fmt.Sprintf("%d %d", ro.X, ro.Y)) || strings.HasPrefix(l, "key") || strings.HasPrefix(l, "typed") {
+			t.Errorf("read-only browser input reached the guest: %q", l)
+		}
+	}
+	e := a.errorOf(`{"action":{"kind":"click","x":10,"y":10}}`, http.StatusConflict)
+	if e.Code != "human_control" {
+		t.Errorf("agent action during takeover: code %q, want human_control", e.Code)
+	}
+
+	// Hand back with one click: the agent acts again.
+	do(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#giveback`)))
+	poll(t, ctx, 10*time.Second, `document.getElementById('mode').textContent.startsWith('watching')`)
+	a.act(`{"screenshot_size":"native","action":{"kind":"click","x":10,"y":10}}`, 200)
+}
