@@ -3,6 +3,7 @@ module github.com/deskfarm/deskfarm
 go 1.26.8
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/digitalocean/go-libvirt v0.0.0-20261013170128-efbbdf578ac8
 	github.com/disintegration/imaging v1.6.2
 	github.com/gorilla/websocket v1.5.3
@@ -13,7 +14,6 @@ require (
 
 require (
 	github.com/chromedp/cdproto v0.159.0 // indirect
-	github.com/chromedp/chromedp v0.23.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	golang.org/x/crypto v0.48.0 // indirect
 )

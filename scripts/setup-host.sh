@@ -14,7 +14,10 @@ fi
 # Packages. dpkg-query first so a prepared machine never touches apt.
 pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 	debootstrap e2fsprogs busybox-static cpio kmod zstd xz-utils ca-certificates
-	chromium npm)
+	chromium)
+# npm installs noVNC. A machine whose Node.js comes from elsewhere (e.g.
+# NodeSource, which bundles npm and conflicts with Debian's npm) keeps its own.
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -152,8 +152,8 @@ func parseSize(s string) (actions.ScreenshotSize, error) {
 	return size, nil
 }
 
-// screenshot serves GET /v1/vms/{id}/screenshot?format=png|jpeg&width=&height=&quality=:
-// the live framebuffer (cursor included), scaled when asked.
+// screenshot serves GET /v1/vms/{id}/screenshot?format=png|jpeg&width=&height=&quality=&fresh=:
+// the live framebuffer mirror (cursor included), scaled when asked.
 func (s *server) screenshot(w http.ResponseWriter, r *http.Request) error {
 	if s.desks == nil {
 		return s.noDisplay()
@@ -188,12 +188,19 @@ func (s *server) screenshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if q.Get("settle") != "false" {
-		// Input may just have been sent by another client: make the mirror
-		// current, without waiting for quiet.
+	switch q.Get("fresh") {
+	case "", "false", "0":
+		// A copy of the live mirror, no round trip: actions settle before
+		// they answer, so the mirror already shows their effect.
+	case "true", "1":
+		// The screen may have changed by other means (a command run through
+		// the guest agent) while QEMU's refresh timer idles at up to 3 s:
+		// prove the mirror current first (~30 ms).
 		if _, err := d.Display.Settle(r.Context(), 0, time.Second); err != nil {
 			return fmt.Errorf("screenshot of vm %s: %w: %w", vmID(r), actions.ErrDisplay, err)
 		}
+	default:
+		return invalidf("fresh", "%q: accepted values are true and false", q.Get("fresh"))
 	}
 	img := d.Display.Snapshot()
 	sc, err := actions.NewScaler(img.Bounds().Dx(), img.Bounds().Dy(), sz)

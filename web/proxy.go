@@ -310,6 +310,9 @@ func (c *rfbConn) readLoop() error {
 				if err := c.scr.Key(keysym, 0, b[0] != 0); err != nil {
 					c.s.log.Warn("forward key", "vm", c.id, "op", "vnc_proxy", "err", err)
 				}
+				if b[0] != 0 {
+					c.noteKey(keysym)
+				}
 			}
 		case rfbPointerEvent:
 			b := make([]byte, 5)
@@ -370,7 +373,18 @@ func (c *rfbConn) mayInput() bool {
 	return ok
 }
 
-// lastButtons tracks pressed buttons so a held button is recorded once.
+// noteKey records a key the person pressed, for the live view's overlay.
+func (c *rfbConn) noteKey(keysym uint32) {
+	ev := ActivityEvent{Time: time.Now(), Source: "human", Kind: "key_down"}
+	if keysym >= 0x20 && keysym <= 0x7e {
+		ev.Text = string(rune(keysym))
+	} else {
+		ev.Keys = []string{fmt.Sprintf("keysym 0x%x", keysym)}
+	}
+	c.s.activity.add(c.id, ev)
+}
+
+// noteClick records a button press the person made.
 func (c *rfbConn) noteClick(x, y int, mask uint8) {
 	x0, y0 := x, y
 	c.s.activity.add(c.id, ActivityEvent{Time: time.Now(), Source: "human", Kind: "button_down",

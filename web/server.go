@@ -222,6 +222,8 @@ func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
 	if err := s.farm.Destroy(r.Context(), vmID(r)); err != nil {
 		return err
 	}
+	s.activity.forget(vmID(r))
+	s.control.release(vmID(r))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

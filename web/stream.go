@@ -3,17 +3,21 @@ package web
 // Live frames for browsers: GET /v1/vms/{id}/stream upgrades to a websocket
 // that carries the VM's desktop as binary frame messages.
 //
-// Frame format, chosen by measurement (BenchmarkFrameEncode in
-// stream_test.go, 2 TCG-host cores, 1280x800 framebuffer; numbers in
-// docs of the report for issue 4):
+// Frame format, chosen by measurement: BenchmarkFrameEncode (stream_test.go)
+// on this 2-core host, 1280x800, Go's image/jpeg at q80 and image/png at
+// BestSpeed, CPU time and bytes per frame:
 //
-//   - whole-frame JPEG (q80) costs 14-25 ms of CPU per frame for a
-//     1280x800 desktop, so 20 fps of whole frames would take 30-50% of a
-//     core per VM even when only a cursor blinks;
-//   - whole-frame PNG is 3-10x slower than JPEG on photo-like content;
-//   - JPEG of just the damaged rectangle (what QEMU reports changed) costs
-//     in proportion to the change: a typed glyph or a click marker is
-//     well under 1 ms and a few hundred bytes.
+//	                        JPEG              PNG
+//	tiny, whole frame       15.5 ms  19 KB    11.7 ms    6 KB
+//	photo-like, whole       31.2 ms 209 KB    93.0 ms 1538 KB
+//	tiny, a text line        0.47 ms  1 KB     0.93 ms  0.3 KB
+//	photo-like, text line    0.94 ms  8 KB     2.9 ms   51 KB
+//	click marker 24x24       0.02 ms 0.6 KB    0.23 ms  0.1 KB
+//
+// Whole frames at the 20 fps the live view needs would cost 30-60% of a
+// core per watched VM however small the change; PNG is 3x slower than JPEG
+// on photo-like content. Damaged-rectangle JPEG costs in proportion to the
+// change (typing or clicking: well under 1 ms a frame).
 //
 // So a frame is the damaged rectangle as JPEG ("delta"), and a viewer that
 // joins or skips a delta gets a whole-frame JPEG ("key frame") of the same

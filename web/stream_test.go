@@ -163,7 +163,10 @@ func TestHubDeltasAndKeyFrames(t *testing.T) {
 		t.Fatalf("first frame: %v %v", msg, err)
 	}
 	first := msg.seq
-	if h.key != msg {
+	h.mu.Lock()
+	key := h.key
+	h.mu.Unlock()
+	if key != msg {
 		t.Error("the first state's message is not its key frame")
 	}
 	if m, _ := h.next(first); m != nil {
@@ -173,7 +176,7 @@ func TestHubDeltasAndKeyFrames(t *testing.T) {
 	scr.paint(image.Rect(8, 8, 16, 16), 200)
 	waitSeq(t, h, first+1)
 	d, _ := h.next(first)
-	if d != h.delta || d.seq != first+1 {
+	if d.seq != first+1 || d.pm == nil {
 		t.Fatalf("one state behind: got seq %d, want the delta %d", d.seq, first+1)
 	}
 
@@ -183,7 +186,10 @@ func TestHubDeltasAndKeyFrames(t *testing.T) {
 	waitSeq(t, h, first+2)
 	k1, _ := h.next(first)
 	k2, _ := h.next(0)
-	if k1 != k2 || k1.seq != first+2 || k1 == h.delta {
+	h.mu.Lock()
+	delta := h.delta
+	h.mu.Unlock()
+	if k1 != k2 || k1.seq != first+2 || k1 == delta {
 		t.Fatalf("stale viewers got %p (seq %d) and %p; want one shared key frame of seq %d", k1, k1.seq, k2, first+2)
 	}
 }

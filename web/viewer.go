@@ -58,7 +58,7 @@ func (s *server) assets(w http.ResponseWriter, r *http.Request) error {
 func (s *server) noVNC(w http.ResponseWriter, r *http.Request) error {
 	if _, err := os.Stat(filepath.Join(s.novnc, "core", "rfb.js")); err != nil {
 		return &httpError{status: http.StatusNotFound, code: CodeNotFound,
-			msg: fmt.Sprintf("noVNC is not installed in %s (run `make novnc`, or set --novnc-dir/DESKFARM_NOVNC_DIR): %v", s.novnc, err)}
+			msg: fmt.Sprintf("noVNC is not installed in %s (run `make novnc` in the source tree, or set DESKFARM_NOVNC_DIR): %v", s.novnc, err)}
 	}
 	http.StripPrefix("/novnc/", http.FileServer(http.Dir(s.novnc))).ServeHTTP(w, r)
 	return nil

@@ -155,6 +155,21 @@ func TestE2EStreamFramesFollowTheScreen(t *testing.T) {
 	if s := similar(f.img, a.screenshot("format=png"), 24); s < 0.99 {
 		t.Errorf("after the click the picture matches the screenshot in %.3f of its pixels", s)
 	}
+	// A still desktop sends nothing: frames stop once the click is drawn.
+	quietFor := 2 * time.Second
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		_, r, err := f.next(quietFor)
+		if err != nil {
+			if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+				break // quiet
+			}
+			t.Fatalf("waiting for quiet: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("frames still coming 15 s after the click (last rect %v): a still desktop must send nothing", r)
+		}
+	}
 }
 
 // rfbClient is a minimal RFB 3.8 client of the proxy.
@@ -523,4 +538,8 @@ func TestE2EBrowserViewer(t *testing.T) {
 	do(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#giveback`)))
 	poll(t, ctx, 10*time.Second, `document.getElementById('mode').textContent.startsWith('watching')`)
 	a.act(`{"screenshot_size":"native","action":{"kind":"click","x":10,"y":10}}`, 200)
+
+	// The wall shows the VM as a live thumbnail.
+	do(t, ctx, 10*time.Second, chromedp.Navigate(a.srv.URL+"/wall"))
+	poll(t, ctx, 20*time.Second, `document.querySelector('canvas[data-vm="`+a.vm.ID+`"]').width === 1280`)
 }
