@@ -94,18 +94,18 @@ func (c *Config) setDefaults() {
 
 // Manager runs deskfarm's VMs on one host. It implements Farm.
 type Manager struct {
-	cfg         Config
-	hv          hypervisor
-	conn        *libvirtConn
-	accel       string
-	uid, gid    int
-	hostMemMiB  int
-	hostCPUs    int
-	log         *slog.Logger
-	mu          sync.Mutex
-	vms         map[string]*machine
-	closeOnce   sync.Once
-	lock        *os.File
+	cfg        Config
+	hv         hypervisor
+	conn       *libvirtConn
+	accel      string
+	uid, gid   int
+	hostMemMiB int
+	hostCPUs   int
+	log        *slog.Logger
+	mu         sync.Mutex
+	vms        map[string]*machine
+	closeOnce  sync.Once
+	lock       *os.File
 }
 
 var _ Farm = (*Manager)(nil)
