@@ -610,7 +610,7 @@ func TestRouting(t *testing.T) {
 	}
 	wantError(t, h.do("GET", "/v1/vms/vm1/reset", nil), 405, CodeMethodNotAllowed, "")
 	wantError(t, h.do("GET", "/v1/nothing", nil), 404, CodeNotFound, "")
-	wantError(t, h.do("GET", "/", nil), 404, CodeNotFound, "")
+	wantError(t, h.do("GET", "/nope", nil), 404, CodeNotFound, "")
 
 	w = h.do("GET", "/healthz", nil)
 	if w.Code != 200 || decode[HealthResponse](t, w).Status != "ok" {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deskfarm/deskfarm/vmm"
@@ -73,13 +72,8 @@ type dashboardRow struct {
 	Human      bool
 }
 
-// dashboard serves GET / to browsers. API clients (no text/html in
-// Accept) keep getting the JSON 404 that / always gave them.
+// dashboard serves GET /: every VM with links to its live view.
 func (s *server) dashboard(w http.ResponseWriter, r *http.Request) error {
-	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
-		return &httpError{status: http.StatusNotFound, code: CodeNotFound,
-			msg: fmt.Sprintf("%s %s: no such endpoint (the dashboard is for browsers: Accept: text/html)", r.Method, r.URL.Path)}
-	}
 	vms, err := s.farm.List(r.Context())
 	if err != nil {
 		return err

@@ -188,6 +188,7 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "deskfarm: serving on %s\n", serveURL(ln.Addr()))
+	fmt.Fprintf(out, "deskfarm: watch the desktops at %s/ (wall: %s/wall)\n", serveURL(ln.Addr()), serveURL(ln.Addr()))
 
 	var errs []error
 	select {
