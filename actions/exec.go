@@ -677,14 +677,8 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case KindClick:
-		pos, err := e.pos(st.at)
+		pos, err := e.approach(ctx, &own, st.at, st.mods)
 		if err != nil {
-			return err
-		}
-		if err := e.pointer(ctx, pos, e.buttons); err != nil {
-			return err
-		}
-		if err := e.pressAll(ctx, &own, st.mods); err != nil {
 			return err
 		}
 		for i := 0; i < st.count; i++ {
@@ -709,14 +703,8 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case KindDrag:
-		start, err := e.pos(st.from)
+		start, err := e.approach(ctx, &own, st.from, st.mods)
 		if err != nil {
-			return err
-		}
-		if err := e.pointer(ctx, start, e.buttons); err != nil {
-			return err
-		}
-		if err := e.pressAll(ctx, &own, st.mods); err != nil {
 			return err
 		}
 		own.buttons |= st.button
@@ -745,14 +733,8 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case KindScroll:
-		pos, err := e.pos(st.at)
+		pos, err := e.approach(ctx, &own, st.at, st.mods)
 		if err != nil {
-			return err
-		}
-		if err := e.pointer(ctx, pos, e.buttons); err != nil {
-			return err
-		}
-		if err := e.pressAll(ctx, &own, st.mods); err != nil {
 			return err
 		}
 		for i := 0; i < st.count; i++ {
@@ -835,6 +817,20 @@ func (e *Executor) input(ctx context.Context, st *step) (err error) {
 // dragPath returns the intermediate and final points of a drag from start
 // through via to end: each segment split into steps of at most stepPx
 // (between minDragSteps and maxDragSteps per segment).
+// approach moves the pointer to at (nil: where it is) without changing the
+// buttons, then presses the modifiers an action holds: the first half of a
+// click, scroll or drag.
+func (e *Executor) approach(ctx context.Context, own *pressed, at *image.Point, mods []Key) (image.Point, error) {
+	pos, err := e.pos(at)
+	if err != nil {
+		return pos, err
+	}
+	if err := e.pointer(ctx, pos, e.buttons); err != nil {
+		return pos, err
+	}
+	return pos, e.pressAll(ctx, own, mods)
+}
+
 func dragPath(start image.Point, via []image.Point, end image.Point, stepPx int) []image.Point {
 	if stepPx < 1 {
 		stepPx = 1
