@@ -92,6 +92,15 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			writeError(w, r, err)
 			return
 		}
+		if q := r.URL.Query(); q.Has(tokenParam) {
+			// A browser opened a link with ?token=: remember it in a cookie
+			// so the page's own requests (assets, websockets, the activity
+			// feed), which cannot carry an Authorization header, pass too.
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: q.Get(tokenParam), Path: "/",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			q.Del(tokenParam)
+			r.URL.RawQuery = q.Encode()
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -123,9 +132,22 @@ func (s *server) authorize(r *http.Request, want [sha256.Size]byte) error {
 }
 
 // bearerToken returns the request's bearer token and whether it sent one.
+// Browsers cannot set an Authorization header on page loads, websockets or
+// EventSource: they present the token as ?token= once, then as a cookie.
+const (
+	tokenParam  = "token"
+	tokenCookie = "deskfarm_token"
+)
+
 func bearerToken(r *http.Request) (string, bool, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
+		if t := r.URL.Query().Get(tokenParam); t != "" {
+			return t, true, nil
+		}
+		if c, err := r.Cookie(tokenCookie); err == nil && c.Value != "" {
+			return c.Value, true, nil
+		}
 		return "", false, nil
 	}
 	scheme, tok, ok := strings.Cut(h, " ")

@@ -17,7 +17,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Body limits.
@@ -52,6 +54,11 @@ type Options struct {
 	// NoVNCDir is the noVNC package directory served at /novnc/ for taking
 	// over a VM; empty means $DESKFARM_NOVNC_DIR, else DefaultNoVNCDir.
 	NoVNCDir string
+	// Pools serves /v1/episodes and /v1/pools; nil answers them with 501.
+	Pools *pool.Manager
+	// Metrics is served at /metrics, with the API's latency histograms
+	// added; nil means a registry of the API's metrics only.
+	Metrics *prometheus.Registry
 }
 
 type server struct {
@@ -65,6 +72,10 @@ type server struct {
 	hubs     *hubs
 	activity *activity
 	control  *controls
+	// Pools and metrics (episodes.go).
+	pools    *pool.Manager
+	registry *prometheus.Registry
+	met      *webMetrics
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -89,6 +100,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 	if s.trusted == nil {
 		s.trusted = DefaultTrustedNets
 	}
+	s.initEpisodes(opts)
 	routes := []route{
 		{"GET", "/healthz", "health", s.health},
 		{"POST", "/v1/vms", "create", s.create},
@@ -99,8 +111,20 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"POST", "/v1/vms/{id}/exec", "exec", s.exec},
 		{"GET", "/v1/vms/{id}/files", "read_file", s.readFile},
 		{"PUT", "/v1/vms/{id}/files", "write_file", s.writeFile},
-		{"POST", "/v1/vms/{id}/actions", "actions", s.agentInput(s.act)},
-		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.screenshot},
+		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.agentInput(s.act))},
+		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.screenshot)},
+		// Episodes lease pool VMs; their VM routes are the ones above (episodes.go).
+		{"POST", "/v1/episodes", "episode_start", s.startEpisode},
+		{"GET", "/v1/episodes", "episode_list", s.listEpisodes},
+		{"GET", "/v1/episodes/{id}", "episode_get", s.getEpisode},
+		{"DELETE", "/v1/episodes/{id}", "episode_end", s.endEpisode},
+		{"POST", "/v1/episodes/{id}/actions", "actions", s.onEpisode(s.timed(s.met.action, "episode", s.agentInput(s.act)), true)},
+		{"GET", "/v1/episodes/{id}/screenshot", "screenshot", s.onEpisode(s.timed(s.met.screenshot, "episode", s.screenshot), true)},
+		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.exec, false)},
+		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile, false)},
+		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.writeFile, false)},
+		{"GET", "/v1/pools", "pools", s.listPools},
+		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
 		{"GET", "/{$}", "dashboard", s.dashboard},
 		{"GET", "/wall", "wall", s.wall},

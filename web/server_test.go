@@ -637,3 +637,43 @@ func TestRequestLog(t *testing.T) {
 		}
 	}
 }
+
+// A browser beyond loopback authenticates with ?token= once, then the cookie.
+func TestBrowserTokenCookie(t *testing.T) {
+	h := NewServer(newFakeFarm(), Options{Token: "s3cret"})
+	do := func(target string, cookie *http.Cookie) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", target, nil)
+		r.RemoteAddr = "192.0.2.7:4000"
+		if cookie != nil {
+			r.AddCookie(cookie)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := do("/v1/vms", nil); w.Code != 401 {
+		t.Fatalf("no token: %d", w.Code)
+	}
+	if w := do("/v1/vms?token=wrong", nil); w.Code != 401 {
+		t.Fatalf("wrong token: %d", w.Code)
+	}
+	w := do("/v1/vms?token=s3cret", nil)
+	if w.Code != 200 {
+		t.Fatalf("query token: %d %s", w.Code, w.Body)
+	}
+	var cookie *http.Cookie
+	for _, c := range w.Result().Cookies() {
+		if c.Name == "deskfarm_token" {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly {
+		t.Fatalf("no HttpOnly token cookie set: %v", w.Result().Cookies())
+	}
+	if w := do("/v1/vms", cookie); w.Code != 200 {
+		t.Fatalf("cookie: %d", w.Code)
+	}
+	if w := do("/v1/vms", &http.Cookie{Name: "deskfarm_token", Value: "nope"}); w.Code != 401 {
+		t.Fatalf("wrong cookie: %d", w.Code)
+	}
+}

@@ -43,6 +43,12 @@ type farmConfig struct {
 	// Warm names an image of which one ready VM should exist (--warm); the
 	// farm creates it in the background when none is there. Empty: none.
 	Warm string
+	// Pools is a pool config file (--pools); empty means the default
+	// config: one pool "desktop" of image Warm (or desktop), with one warm
+	// VM when Warm is set and none otherwise.
+	Pools string
+	// PoolOverrides are --pool POOL.FIELD=VALUE settings applied on top.
+	PoolOverrides []string
 }
 
 // Serve defaults.
@@ -105,6 +111,11 @@ func cmdServe(args []string) error {
 	// No default shown: it would print $DESKFARM_TOKEN in --help.
 	fs.StringVar(&cfg.Token, "token", "", "API `token` for non-loopback clients (default $DESKFARM_TOKEN; generated when --listen is not loopback)")
 	fs.StringVar(&cfg.Warm, "warm", "", "`image` of which to keep one ready VM (created in the background at start)")
+	fs.StringVar(&cfg.Pools, "pools", "", "pool config `file` (YAML); default: one pool \"desktop\" of the --warm image")
+	fs.Func("pool", "override a pool setting, `POOL.FIELD=VALUE` (e.g. desktop.min_warm=2); repeatable", func(v string) error {
+		cfg.PoolOverrides = append(cfg.PoolOverrides, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -171,7 +182,11 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	var inflight sync.WaitGroup
 	// One VNC connection per VM, shared by every API client.
 	desks := desk.NewPool(farm, log)
-	api := web.NewServer(farm, web.Options{Token: cfg.Token, Logger: log, Desks: desks})
+	opts := web.Options{Token: cfg.Token, Logger: log, Desks: desks}
+	if pf, ok := farm.(pooledFarm); ok {
+		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
+	}
+	api := web.NewServer(farm, opts)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			inflight.Add(1)
@@ -189,6 +204,9 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "deskfarm: serving on %s\n", serveURL(ln.Addr()))
 	fmt.Fprintf(out, "deskfarm: watch the desktops at %s/ (wall: %s/wall)\n", serveURL(ln.Addr()), serveURL(ln.Addr()))
+	if cfg.Token != "" && !isLoopback(ln.Addr()) {
+		fmt.Fprintf(out, "deskfarm: from another host, open %s/?token=TOKEN once (the page keeps it in a cookie)\n", serveURL(ln.Addr()))
+	}
 
 	var errs []error
 	select {
