@@ -40,6 +40,9 @@ type farmConfig struct {
 	// reachable beyond loopback and none was given, serve generates one
 	// before calling newFarm, so it is never empty in that case.
 	Token string
+	// NoVNCDir is the noVNC package served for taking over a VM
+	// (--novnc-dir); empty: $DESKFARM_NOVNC_DIR, else web.DefaultNoVNCDir.
+	NoVNCDir string
 	// Warm names an image of which one ready VM should exist (--warm); the
 	// farm creates it in the background when none is there. Empty: none.
 	Warm string
@@ -110,6 +113,7 @@ func cmdServe(args []string) error {
 	fs.StringVar(&cfg.LibvirtSocket, "libvirt-socket", defaultLibvirtSocket, "libvirtd's unix `socket`")
 	// No default shown: it would print $DESKFARM_TOKEN in --help.
 	fs.StringVar(&cfg.Token, "token", "", "API `token` for non-loopback clients (default $DESKFARM_TOKEN; generated when --listen is not loopback)")
+	fs.StringVar(&cfg.NoVNCDir, "novnc-dir", "", "`dir` of the noVNC npm package, for taking over VMs in the browser (default $DESKFARM_NOVNC_DIR, else "+web.DefaultNoVNCDir+")")
 	fs.StringVar(&cfg.Warm, "warm", "", "`image` of which to keep one ready VM (created in the background at start)")
 	fs.StringVar(&cfg.Pools, "pools", "", "pool config `file` (YAML); default: one pool \"desktop\" of the --warm image")
 	fs.Func("pool", "override a pool setting, `POOL.FIELD=VALUE` (e.g. desktop.min_warm=2); repeatable", func(v string) error {
@@ -182,7 +186,7 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	var inflight sync.WaitGroup
 	// One VNC connection per VM, shared by every API client.
 	desks := desk.NewPool(farm, log)
-	opts := web.Options{Token: cfg.Token, Logger: log, Desks: desks}
+	opts := web.Options{Token: cfg.Token, Logger: log, Desks: desks, NoVNCDir: cfg.NoVNCDir}
 	if pf, ok := farm.(pooledFarm); ok {
 		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
 	}
