@@ -1,0 +1,304 @@
+package pool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/vmm"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config declares the pools of a farm. It is read from YAML:
+//
+//	host_reserve_mib: 2048
+//	pools:
+//	  - name: desktop
+//	    image: desktop
+//	    memory_mib: 1024
+//	    vcpus: 2
+//	    width: 1280
+//	    height: 800
+//	    min_warm: 1
+//	    max: 4
+//	    screenshot_size: auto
+type Config struct {
+	// Pools are the pools, each with a unique name. At least one.
+	Pools []PoolConfig `yaml:"pools" json:"pools"`
+	// HostMemoryMiB is the memory VMs may use before the reserve is taken
+	// off; 0 means the host's MemTotal.
+	HostMemoryMiB int `yaml:"host_memory_mib,omitempty" json:"host_memory_mib,omitempty"`
+	// HostReserveMiB is kept for the host (deskfarm, libvirtd, page cache):
+	// admission refuses a VM that would push the sum of VM memory past
+	// HostMemoryMiB-HostReserveMiB. Default DefaultHostReserveMiB.
+	HostReserveMiB int `yaml:"host_reserve_mib,omitempty" json:"host_reserve_mib,omitempty"`
+	// MaxBoots bounds concurrent boots across all pools. Default 1: under
+	// TCG on 2 cores two boots at once each take more than twice as long.
+	MaxBoots int `yaml:"max_boots,omitempty" json:"max_boots,omitempty"`
+}
+
+// PoolConfig declares one pool.
+type PoolConfig struct {
+	// Name identifies the pool in the API ("pool" of POST /v1/episodes).
+	// Lower-case letters, digits, '-' and '_'. Required.
+	Name string `yaml:"name" json:"name"`
+	// Image is the guest image recipe, e.g. "desktop" or "tiny". Required.
+	Image string `yaml:"image" json:"image"`
+	// MemoryMiB is each VM's RAM; default vmm.DefaultMemoryMiB.
+	MemoryMiB int `yaml:"memory_mib,omitempty" json:"memory_mib"`
+	// VCPUs is each VM's virtual CPUs; default vmm.DefaultVCPUs.
+	VCPUs int `yaml:"vcpus,omitempty" json:"vcpus"`
+	// Width and Height are the guest screen; default 1280x800.
+	Width  int `yaml:"width,omitempty" json:"width"`
+	Height int `yaml:"height,omitempty" json:"height"`
+	// MinWarm is how many unleased ready VMs the pool keeps booted. Default 0.
+	MinWarm int `yaml:"min_warm" json:"min_warm"`
+	// Max bounds the pool's VMs, warm, leased and booting together.
+	// Default max(MinWarm, 1).
+	Max int `yaml:"max,omitempty" json:"max"`
+	// ScreenshotSize is what the agent sees on the pool's episodes when a
+	// request names none: "auto", "native" or "WxH". Default "auto".
+	ScreenshotSize string `yaml:"screenshot_size,omitempty" json:"screenshot_size"`
+	// DefaultTTL is an episode's lease when POST /v1/episodes names no
+	// ttl_s. Default DefaultTTL.
+	DefaultTTL Seconds `yaml:"default_ttl_s,omitempty" json:"default_ttl_s"`
+	// MaxTTL bounds ttl_s. Default DefaultMaxTTL.
+	MaxTTL Seconds `yaml:"max_ttl_s,omitempty" json:"max_ttl_s"`
+}
+
+// Seconds is a duration written as a number of seconds.
+type Seconds float64
+
+// Duration converts s.
+func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
+
+// Defaults.
+const (
+	DefaultHostReserveMiB = 2048
+	DefaultMaxBoots       = 1
+	DefaultTTL            = Seconds(30 * 60)
+	DefaultMaxTTL         = Seconds(24 * 60 * 60)
+	DefaultPoolName       = "desktop"
+	DefaultImage          = "desktop"
+)
+
+// DefaultConfig is the config without a file: one pool "desktop" of image
+// image (DefaultImage when empty) keeping minWarm VMs warm.
+func DefaultConfig(image string, minWarm int) Config {
+	if image == "" {
+		image = DefaultImage
+	}
+	c := Config{Pools: []PoolConfig{{Name: DefaultPoolName, Image: image, MinWarm: minWarm}}}
+	c.SetDefaults()
+	return c
+}
+
+// LoadConfig reads and validates a YAML config file.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read pool config %s: %w", path, err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("pool config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes YAML (unknown keys are errors), fills defaults and
+// validates.
+func ParseConfig(b []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// SetDefaults fills zero fields with their defaults.
+func (c *Config) SetDefaults() {
+	if c.HostReserveMiB == 0 {
+		c.HostReserveMiB = DefaultHostReserveMiB
+	}
+	if c.MaxBoots == 0 {
+		c.MaxBoots = DefaultMaxBoots
+	}
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		if p.MemoryMiB == 0 {
+			p.MemoryMiB = vmm.DefaultMemoryMiB
+		}
+		if p.VCPUs == 0 {
+			p.VCPUs = vmm.DefaultVCPUs
+		}
+		if p.Width == 0 && p.Height == 0 {
+			p.Width, p.Height = vmm.DefaultWidth, vmm.DefaultHeight
+		}
+		if p.Max == 0 {
+			p.Max = max(p.MinWarm, 1)
+		}
+		if p.ScreenshotSize == "" {
+			p.ScreenshotSize = "auto"
+		}
+		if p.DefaultTTL == 0 {
+			p.DefaultTTL = DefaultTTL
+		}
+		if p.MaxTTL == 0 {
+			p.MaxTTL = DefaultMaxTTL
+		}
+	}
+}
+
+var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Validate checks every field; the error names the pool and field at fault.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(where, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %w: %s", where, ErrInvalidConfig, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Pools) == 0 {
+		bad("pools", "at least one pool is required")
+	}
+	if c.HostMemoryMiB < 0 {
+		bad("host_memory_mib", "must not be negative, got %d", c.HostMemoryMiB)
+	}
+	if c.HostReserveMiB < 0 {
+		bad("host_reserve_mib", "must not be negative, got %d", c.HostReserveMiB)
+	}
+	if c.MaxBoots < 1 {
+		bad("max_boots", "must be at least 1, got %d", c.MaxBoots)
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Pools {
+		where := fmt.Sprintf("pools[%d]", i)
+		if p.Name != "" {
+			where = fmt.Sprintf("pool %q", p.Name)
+		}
+		switch {
+		case !poolName.MatchString(p.Name):
+			bad(where+" name", "%q: want lower-case letters, digits, '-' or '_' (at most 63)", p.Name)
+		case seen[p.Name]:
+			bad(where+" name", "declared twice")
+		}
+		seen[p.Name] = true
+		if p.Image == "" {
+			bad(where+" image", "required (e.g. desktop or tiny)")
+		}
+		if p.MemoryMiB < vmm.MinMemoryMiB {
+			bad(where+" memory_mib", "%d is below the minimum of %d", p.MemoryMiB, vmm.MinMemoryMiB)
+		}
+		if p.VCPUs < 1 {
+			bad(where+" vcpus", "must be at least 1, got %d", p.VCPUs)
+		}
+		if p.Width < 640 || p.Width > 3840 || p.Height < 480 || p.Height > 2160 || p.Width%8 != 0 {
+			bad(where+" width/height", "%dx%d: want 640x480..3840x2160 with a width that is a multiple of 8", p.Width, p.Height)
+		}
+		if p.MinWarm < 0 {
+			bad(where+" min_warm", "must not be negative, got %d", p.MinWarm)
+		}
+		if p.Max < 1 || p.Max < p.MinWarm {
+			bad(where+" max", "%d: must be at least 1 and at least min_warm (%d)", p.Max, p.MinWarm)
+		}
+		if _, err := actions.ParseScreenshotSize(p.ScreenshotSize); err != nil {
+			bad(where+" screenshot_size", "%v (accepted: auto, native, WxH)", err)
+		}
+		if p.DefaultTTL <= 0 || p.MaxTTL <= 0 || p.DefaultTTL > p.MaxTTL {
+			bad(where+" default_ttl_s", "%g: must be positive and at most max_ttl_s (%g)", p.DefaultTTL, p.MaxTTL)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Override applies one "POOL.FIELD=VALUE" setting, as given to
+// `deskfarm serve --pool`, e.g. "desktop.min_warm=2". Validate afterwards.
+func (c *Config) Override(s string) error {
+	key, val, ok := strings.Cut(s, "=")
+	name, field, ok2 := strings.Cut(key, ".")
+	if !ok || !ok2 {
+		return fmt.Errorf("pool override %q: %w: want POOL.FIELD=VALUE (e.g. desktop.min_warm=2)", s, ErrInvalidConfig)
+	}
+	var p *PoolConfig
+	for i := range c.Pools {
+		if c.Pools[i].Name == name {
+			p = &c.Pools[i]
+		}
+	}
+	if p == nil {
+		return fmt.Errorf("pool override %q: %w: no pool %q", s, ErrInvalidConfig, name)
+	}
+	num := func(dst *int) error {
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return fmt.Errorf("pool override %q: %w: %s is not an integer", s, ErrInvalidConfig, val)
+		}
+		*dst = n
+		return nil
+	}
+	secs := func(dst *Seconds) error {
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return fmt.Errorf("pool override %q: %w: %s is not a number of seconds", s, ErrInvalidConfig, val)
+		}
+		*dst = Seconds(f)
+		return nil
+	}
+	switch field {
+	case "image":
+		p.Image = val
+	case "screenshot_size":
+		p.ScreenshotSize = val
+	case "memory_mib":
+		return num(&p.MemoryMiB)
+	case "vcpus":
+		return num(&p.VCPUs)
+	case "width":
+		return num(&p.Width)
+	case "height":
+		return num(&p.Height)
+	case "min_warm":
+		return num(&p.MinWarm)
+	case "max":
+		return num(&p.Max)
+	case "default_ttl_s":
+		return secs(&p.DefaultTTL)
+	case "max_ttl_s":
+		return secs(&p.MaxTTL)
+	default:
+		return fmt.Errorf("pool override %q: %w: unknown field %q", s, ErrInvalidConfig, field)
+	}
+	return nil
+}
+
+// pool returns the named pool's config.
+func (c Config) pool(name string) (PoolConfig, bool) {
+	for _, p := range c.Pools {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return PoolConfig{}, false
+}
+
+// createOptions is what a pool's VMs are made with.
+func (p PoolConfig) createOptions() vmm.CreateOptions {
+	return vmm.CreateOptions{Image: p.Image, MemoryMiB: p.MemoryMiB, VCPUs: p.VCPUs, Width: p.Width, Height: p.Height}
+}
+
+// matches reports whether vm was made to p's spec.
+func (p PoolConfig) matches(vm vmm.VM) bool {
+	return vm.Image == p.Image && vm.MemoryMiB == p.MemoryMiB && vm.VCPUs == p.VCPUs && vm.Width == p.Width && vm.Height == p.Height
+}

@@ -1,0 +1,24 @@
+package pool
+
+import "errors"
+
+// Sentinel errors. Every error the Manager returns wraps one of these (or a
+// vmm error) with the operation and the pool, episode or VM.
+var (
+	// ErrInvalidConfig means a pool config failed validation.
+	ErrInvalidConfig = errors.New("invalid pool config")
+	// ErrUnknownPool means no pool has the given name.
+	ErrUnknownPool = errors.New("unknown pool")
+	// ErrEpisodeNotFound means no episode has the given id.
+	ErrEpisodeNotFound = errors.New("episode not found")
+	// ErrEpisodeEnded means the episode existed but has ended (deleted,
+	// expired, or its VM died); its VM is no longer the caller's.
+	ErrEpisodeEnded = errors.New("episode ended")
+	// ErrPoolFull means the pool already holds its max VMs, all leased or booting.
+	ErrPoolFull = errors.New("pool at its max")
+	// ErrHostFull means the host's memory (less the reserve) cannot hold
+	// another VM. It also wraps vmm.ErrInsufficientResources.
+	ErrHostFull = errors.New("host memory exhausted")
+	// ErrClosed means the Manager is closed.
+	ErrClosed = errors.New("pool manager closed")
+)
