@@ -15,6 +15,15 @@ const (
 	StateBroken   State = "broken"   // domain exists but is not usable (QEMU died, reset failed)
 )
 
+// How a VM came up (VM.Start).
+const (
+	// StartBoot: booted from the image, then snapshotted when ready.
+	StartBoot = "boot"
+	// StartSavedState: restored from the saved ready state of an earlier VM
+	// of the same image and size, on a copy of its overlay; no boot.
+	StartSavedState = "saved-state"
+)
+
 // CreateOptions says what VM to make. Zero values take the documented defaults.
 type CreateOptions struct {
 	// Image is the recipe name, e.g. "desktop" or "tiny". Required.
@@ -23,6 +32,9 @@ type CreateOptions struct {
 	MemoryMiB int `json:"memory_mib"`
 	// VCPUs is the number of virtual CPUs; default DefaultVCPUs, at most the host's CPUs.
 	VCPUs int `json:"vcpus"`
+	// Boot forces a full boot even when a saved ready state of this image
+	// and size exists (for baselines; normally saved state is faster).
+	Boot bool `json:"boot,omitempty"`
 	// Width and Height set the guest screen; default 1280x800.
 	Width  int `json:"width"`
 	Height int `json:"height"`
@@ -52,6 +64,8 @@ type VM struct {
 	CreatedAt time.Time `json:"created_at"`
 	// BootSeconds is how long create took from define to the ready snapshot.
 	BootSeconds float64 `json:"boot_seconds"`
+	// Start says how the VM came up: StartBoot or StartSavedState.
+	Start string `json:"start"`
 	// VNCSocket is the unix socket of the VM's VNC server.
 	VNCSocket string `json:"vnc_socket"`
 	// Resets counts resets since the VM was created.

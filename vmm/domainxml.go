@@ -33,6 +33,7 @@ type metadata struct {
 	VCPUs       int       `xml:"vcpus"`
 	Created     time.Time `xml:"created"`
 	BootSeconds float64   `xml:"boot-seconds"`
+	Start       string    `xml:"start"`
 }
 
 // marshal renders the metadata element with deskfarm's namespace, as

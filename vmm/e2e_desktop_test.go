@@ -121,11 +121,11 @@ func TestE2EDesktop(t *testing.T) {
 	}
 }
 
-// deskfarmDomains lists the deskfarm domains libvirt has, sorted.
+// deskfarmDomains lists the test farm's domains, sorted.
 func deskfarmDomains(t *testing.T) string {
 	var names []string
 	for _, d := range strings.Fields(virsh(t, "list", "--all", "--name")) {
-		if strings.HasPrefix(d, vmm.DomainPrefix) {
+		if strings.HasPrefix(d, vmm.DomainPrefix) && strings.Contains(virsh(t, "dumpxml", d), testenv.StateDir+"/vms/") {
 			names = append(names, d)
 		}
 	}

@@ -281,3 +281,66 @@ func assertNoLeftovers(t *testing.T) {
 		t.Errorf("leftover vm dir %s", e.Name())
 	}
 }
+
+// A second VM of the same image and size starts from the first one's saved
+// ready state instead of booting: same screen, clean disk, right clock.
+func TestE2ESavedStateStart(t *testing.T) {
+	m := testenv.Manager(t, "tiny")
+	ctx := context.Background()
+	os.RemoveAll(filepath.Join(testenv.StateDir, "saved"))
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(testenv.StateDir, "saved")) })
+	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
+	a, err := m.Create(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Start != vmm.StartBoot {
+		t.Fatalf("first vm started by %q, want %q", a.Start, vmm.StartBoot)
+	}
+	readyA, err := m.Screenshot(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WriteFile(ctx, a.ID, "/tmp/from-a", []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	virsh(t, "send-key", a.Domain, "KEY_A")
+
+	b, err := m.Create(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("boot: %.1fs, from saved state: %.1fs", a.BootSeconds, b.BootSeconds)
+	if b.Start != vmm.StartSavedState {
+		t.Fatalf("second vm started by %q, want %q", b.Start, vmm.StartSavedState)
+	}
+	readyB, err := m.Screenshot(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffFraction(readyA, readyB); d != 0 {
+		t.Fatalf("vm from saved state shows a different screen (%.3f%% of pixels)", d*100)
+	}
+	if _, err := m.ReadFile(ctx, b.ID, "/tmp/from-a"); err == nil {
+		t.Fatal("a file written in the first vm after its snapshot appears in the second")
+	}
+	res := mustExec(t, m, b.ID, "date", "+%s")
+	var guest int64
+	fmt.Sscan(strings.TrimSpace(string(res.Stdout)), &guest)
+	if skew := time.Now().Unix() - guest; skew > 3 || skew < -3 {
+		t.Fatalf("guest clock off by %d s", skew)
+	}
+	// Both VMs are independent: resetting one leaves the other alone.
+	if _, err := m.Reset(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b.VNCSocket == a.VNCSocket {
+		t.Fatal("two vms share a vnc socket")
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if err := m.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertNoLeftovers(t)
+}

@@ -17,7 +17,7 @@ type hypervisor interface {
 	defineDomain(xml string) (libvirt.Domain, error)
 	lookupDomain(name string) (libvirt.Domain, error)
 	listDomains() ([]libvirt.Domain, error)
-	startDomain(d libvirt.Domain) error
+	startDomain(d libvirt.Domain, paused bool) error
 	destroyDomain(d libvirt.Domain) error
 	undefineDomain(d libvirt.Domain) error
 	domainState(d libvirt.Domain) (libvirt.DomainState, error)
@@ -119,9 +119,13 @@ func (c *libvirtConn) listDomains() ([]libvirt.Domain, error) {
 	})
 }
 
-func (c *libvirtConn) startDomain(d libvirt.Domain) error {
+func (c *libvirtConn) startDomain(d libvirt.Domain, paused bool) error {
+	var flags uint32
+	if paused {
+		flags = uint32(libvirt.DomainStartPaused)
+	}
 	_, err := call(c, func(l *libvirt.Libvirt) (struct{}, error) {
-		_, err := l.DomainCreateWithFlags(d, 0)
+		_, err := l.DomainCreateWithFlags(d, flags)
 		return struct{}{}, err
 	})
 	return err

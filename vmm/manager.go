@@ -287,11 +287,26 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
 
+	// A VM of the same image and size made before left its ready state (RAM,
+	// devices and disk, as an internal snapshot in a copy of its overlay):
+	// start from a copy of that instead of booting.
+	tmpl := m.templatePath(img, opts)
+	fromSaved := !opts.Boot && fileExists(tmpl)
+	mc.meta.Start = StartBoot
+	if fromSaved {
+		mc.meta.Start = StartSavedState
+	}
+	alive := func() error { return m.checkAlive(mc, spec.ConsoleLog) }
 	start := time.Now()
 	steps := []step{
 		{name: "overlay",
 			do: func(context.Context) error {
-				err := m.makeOverlay(dir, img.Disk, overlay)
+				var err error
+				if fromSaved {
+					err = m.copyOverlay(dir, tmpl, overlay)
+				} else {
+					err = m.makeOverlay(dir, img.Disk, overlay)
+				}
 				if err != nil && !errors.Is(err, fs.ErrExist) {
 					// A step cleans up its own partial work; undo is only
 					// for steps that finished.
@@ -312,12 +327,16 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 			undo: func() error { return m.hv.undefineDomain(mc.dom) }},
 		{name: "start",
 			do: func(ctx context.Context) error {
-				if err := m.hv.startDomain(mc.dom); err != nil {
+				// From saved state QEMU starts paused: no guest code runs
+				// before loadvm replaces RAM.
+				if err := m.hv.startDomain(mc.dom, fromSaved); err != nil {
 					return err
 				}
+				mc.agent = &agent{hv: m.hv, dom: mc.dom, vm: id}
+				mc.mon = &monitor{hv: m.hv, dom: mc.dom, vm: id}
 				// Connect at once: QEMU drops what the guest writes to the
 				// session port while no one is connected on the host side.
-				sess, err := dialSession(ctx, id, spec.SessionSock, func() error { return m.checkAlive(mc, spec.ConsoleLog) })
+				sess, err := dialSession(ctx, id, spec.SessionSock, alive)
 				mc.session = sess
 				return err
 			},
@@ -327,28 +346,51 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 				}
 				return ignoreNotRunning(m.hv.destroyDomain(mc.dom))
 			}},
-		{name: "wait-display", do: func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout)
-			defer cancel()
-			return mc.session.waitReady(ctx, func() error { return m.checkAlive(mc, spec.ConsoleLog) })
-		}},
-		{name: "wait-agent", do: func(ctx context.Context) error {
-			mc.agent = &agent{hv: m.hv, dom: mc.dom, vm: id}
-			ctx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
-			defer cancel()
-			return mc.agent.waitReady(ctx, func() error { return m.checkAlive(mc, spec.ConsoleLog) })
-		}},
-		{name: "snapshot", do: func(ctx context.Context) error {
-			mc.mon = &monitor{hv: m.hv, dom: mc.dom, vm: id}
-			m.shrinkRAM(ctx, mc)
-			if err := mc.mon.saveVM(readySnapshot); err != nil {
-				return err
-			}
-			mc.meta.State = StateReady
-			mc.meta.BootSeconds = time.Since(start).Seconds()
-			return m.saveMeta(mc)
-		}},
 	}
+	if fromSaved {
+		steps = append(steps,
+			step{name: "restore", do: func(context.Context) error {
+				t := time.Now()
+				if err := mc.mon.loadVM(readySnapshot); err != nil {
+					return err
+				}
+				log.Debug("loadvm done", "op", "restore", "duration", time.Since(t).Round(time.Millisecond))
+				return mc.mon.cont()
+			}},
+			step{name: "wait-agent", do: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
+				defer cancel()
+				return mc.agent.waitReady(ctx, alive)
+			}},
+			step{name: "clock", do: func(ctx context.Context) error { return m.setClock(ctx, mc) }},
+		)
+	} else {
+		steps = append(steps,
+			step{name: "wait-display", do: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout)
+				defer cancel()
+				return mc.session.waitReady(ctx, alive)
+			}},
+			step{name: "wait-agent", do: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
+				defer cancel()
+				return mc.agent.waitReady(ctx, alive)
+			}},
+			step{name: "snapshot", do: func(ctx context.Context) error {
+				m.shrinkRAM(ctx, mc)
+				if err := m.snapshotReady(mc, tmpl); err != nil {
+					return err
+				}
+				// The guest clock stood still while the guest was paused.
+				return m.setClock(ctx, mc)
+			}},
+		)
+	}
+	steps = append(steps, step{name: "mark-ready", do: func(context.Context) error {
+		mc.meta.State = StateReady
+		mc.meta.BootSeconds = time.Since(start).Seconds()
+		return m.saveMeta(mc)
+	}})
 	log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs, "accel", m.accel)
 	if err := runSteps(ctx, log, steps); err != nil {
 		m.mu.Lock()
@@ -359,6 +401,80 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	}
 	log.Info("vm ready", "op", "create", "duration", time.Since(start).Round(time.Millisecond))
 	return m.describe(mc), nil
+}
+
+// snapshotReady takes the ready snapshot and, if this image and size has no
+// saved ready state yet, keeps a copy of the overlay holding it for later
+// VMs to start from. The guest is paused meanwhile so the copy is
+// consistent; a failed copy costs later VMs a boot, not this one its create.
+func (m *Manager) snapshotReady(mc *machine, tmpl string) error {
+	if err := mc.mon.stop(); err != nil {
+		return err
+	}
+	err := mc.mon.saveVM(readySnapshot)
+	if err == nil && !fileExists(tmpl) {
+		if terr := copyFile(filepath.Join(mc.meta.Dir, "disk.qcow2"), tmpl); terr != nil {
+			m.log.Warn("could not save ready state for later VMs", "vm", mc.meta.ID, "op", "snapshot", "err", terr)
+		} else {
+			m.log.Info("saved ready state for later VMs", "vm", mc.meta.ID, "op", "snapshot", "path", tmpl)
+		}
+	}
+	if cerr := mc.mon.cont(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// templatePath is where the saved ready state of VMs like opts lives. Its
+// name holds everything the saved state depends on: the base image's hash
+// and the virtual hardware (RAM size, vCPUs, screen, accelerator).
+func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
+	hash := img.Hash
+	if len(hash) > 16 {
+		hash = hash[:16]
+	}
+	name := fmt.Sprintf("%s-%s-%dm-%dc-%dx%d-%s.qcow2", img.Name, hash, opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel)
+	return filepath.Join(m.cfg.StateDir, "saved", name)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// copyFile copies src to dst atomically (a temp file renamed into place).
+func copyFile(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	out, err := exec.Command("cp", "--sparse=always", src, tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("copy %s to %s: %w: %s", src, tmp, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// copyOverlay makes a VM's overlay from a saved ready state.
+func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		return fmt.Errorf("create vm dir: %w", err)
+	}
+	if err := os.Chown(dir, m.uid, m.gid); err != nil {
+		return fmt.Errorf("chown vm dir %s: %w", dir, err)
+	}
+	if err := copyFile(tmpl, overlay); err != nil {
+		return err
+	}
+	if err := os.Chown(overlay, m.uid, m.gid); err != nil {
+		return fmt.Errorf("chown overlay %s: %w", overlay, err)
+	}
+	return nil
 }
 
 func (m *Manager) makeOverlay(dir, base, overlay string) error {
@@ -429,7 +545,7 @@ func (m *Manager) describe(mc *machine) VM {
 	md := mc.meta
 	return VM{ID: md.ID, Domain: DomainPrefix + md.ID, Image: md.Image, ImageHash: md.ImageHash, State: md.State,
 		MemoryMiB: md.MemoryMiB, VCPUs: md.VCPUs, Width: md.Width, Height: md.Height, Accel: md.Accel,
-		CreatedAt: md.Created, BootSeconds: md.BootSeconds, VNCSocket: filepath.Join(md.Dir, "vnc.sock"), Resets: mc.resets}
+		CreatedAt: md.Created, BootSeconds: md.BootSeconds, Start: md.Start, VNCSocket: filepath.Join(md.Dir, "vnc.sock"), Resets: mc.resets}
 }
 
 func (m *Manager) lookup(id string) (*machine, error) {

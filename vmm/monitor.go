@@ -44,3 +44,8 @@ const readySnapshot = "deskfarm-ready"
 
 func (m *monitor) saveVM(name string) error { return m.run("savevm " + name) }
 func (m *monitor) loadVM(name string) error { return m.run("loadvm " + name) }
+
+// stop pauses the guest; QEMU drains and flushes its block layer first, so
+// the overlay file is consistent on disk (qcow2 metadata caches included).
+func (m *monitor) stop() error { return m.run("stop") }
+func (m *monitor) cont() error { return m.run("cont") }
