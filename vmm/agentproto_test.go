@@ -5,13 +5,19 @@ import (
 	"testing"
 )
 
-// Replies captured from qemu-ga 7.2 (Debian bookworm) through
-// `virsh qemu-agent-command`.
+// capturedExecStatus was captured from qemu-ga 7.2 (Debian bookworm, tiny
+// image) with `virsh qemu-agent-command DOM '{"execute":"guest-exec-status",...}'`
+// after guest-exec of `sh -c 'echo hello; echo oops >&2; exit 3'`.
+const capturedExecStatus = `{"return":{"exitcode":3,"err-data":"b29wcwo=","out-data":"aGVsbG8K","err-truncated":false,"out-truncated":false,"exited":true}}`
+
+// Hand-made in qemu-ga's documented shapes (qga/qapi-schema.json). libvirt
+// turns an agent's error reply into its own error ("unable to execute QEMU
+// agent command 'guest-file-open': failed to open file ..."), so the error
+// form is only seen by callers that talk to the agent directly.
 const (
-	capturedExecStatus = `{"return":{"exitcode":3,"out-data":"aGVsbG8K","err-data":"b29wcwo=","exited":true}}`
-	capturedRunning    = `{"return":{"exited":false}}`
-	capturedFileRead   = `{"return":{"count":5,"buf-b64":"aGVsbG8=","eof":true}}`
-	capturedError      = `{"error":{"class":"GenericError","desc":"failed to open file '/nope': No such file or directory"}}`
+	capturedRunning  = `{"return":{"exited":false}}`
+	capturedFileRead = `{"return":{"count":5,"buf-b64":"aGVsbG8=","eof":true}}`
+	capturedError    = `{"error":{"class":"GenericError","desc":"failed to open file '/nope': No such file or directory"}}`
 )
 
 func TestDecodeAgentReply(t *testing.T) {
