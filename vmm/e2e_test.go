@@ -240,7 +240,8 @@ func TestE2ECreateFailureLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	// Boot: a saved ready state from an earlier test would skip the boot.
+	_, err = m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Boot: true})
 	testenv.Cleanup(t, m) // also releases the state dir for the next farm
 	if !errors.Is(err, vmm.ErrTimeout) || !strings.Contains(err.Error(), "wait-display") {
 		t.Fatalf("create with a 300ms boot budget: %v", err)
