@@ -30,7 +30,7 @@ func TestE2EDesktop(t *testing.T) {
 	m := testenv.Manager(t, "desktop")
 	ctx := context.Background()
 	start := time.Now()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2, Boot: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestE2ETinyLifecycle(t *testing.T) {
 	m := testenv.Manager(t, "tiny")
 	ctx := context.Background()
 	start := time.Now()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Boot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
