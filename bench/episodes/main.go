@@ -63,8 +63,9 @@ func run(image string, n, nb int) error {
 	os.Remove(stateDir + "/pools.json") // a fresh pool each run
 	desks := desk.NewPool(m, log)
 	defer desks.Close()
-	pools, err := pool.New(ctx, m, pool.Config{Pools: []pool.PoolConfig{{Name: "bench", Image: image, MinWarm: workers, Max: workers}}},
-		pool.Options{StateDir: stateDir, Log: log, AfterReset: desks.Reset, BeforeDestroy: desks.Drop})
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "bench", Image: image, MinWarm: workers, Max: workers}}}
+	cfg.SetDefaults()
+	pools, err := pool.New(ctx, m, cfg, pool.Options{StateDir: stateDir, Log: log, AfterReset: desks.Reset, BeforeDestroy: desks.Drop})
 	if err != nil {
 		return err
 	}
