@@ -17,16 +17,15 @@ import (
 	"fmt"
 	"image"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/desk"
-	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
 )
@@ -43,8 +42,7 @@ func main() {
 
 func run(image string, n int) error {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, err := vmm.New(ctx, vmm.Config{StateDir: "/var/lib/deskfarm-bench", Images: vmm.StoreImages{Store: &images.Store{}}, Log: log})
+	m, log, err := farm.Open(ctx, farm.DefaultStateDir)
 	if err != nil {
 		return err
 	}

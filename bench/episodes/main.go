@@ -14,16 +14,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/desk"
-	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
@@ -53,9 +52,8 @@ func main() {
 
 func run(image string, n, nb int) error {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	const stateDir = "/var/lib/deskfarm-bench"
-	m, err := vmm.New(ctx, vmm.Config{StateDir: stateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: log})
+	const stateDir = farm.DefaultStateDir
+	m, log, err := farm.Open(ctx, stateDir)
 	if err != nil {
 		return err
 	}

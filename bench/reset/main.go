@@ -9,15 +9,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
-	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -36,8 +35,7 @@ func main() {
 
 func run(image string, n, ln, mem, vcpus int) error {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, err := vmm.New(ctx, vmm.Config{StateDir: "/var/lib/deskfarm-bench", Images: vmm.StoreImages{Store: &images.Store{}}, Log: log})
+	m, _, err := farm.Open(ctx, farm.DefaultStateDir)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -31,9 +30,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/desk"
-	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
 )
@@ -61,10 +60,9 @@ type row struct {
 
 func run(stateDir, image string, window, interval time.Duration) error {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, err := vmm.New(ctx, vmm.Config{StateDir: stateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: log})
+	m, log, err := farm.Open(ctx, stateDir)
 	if err != nil {
-		return fmt.Errorf("open farm: %w", err)
+		return err
 	}
 	defer m.Close()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: image, MemoryMiB: 256, VCPUs: 1})
