@@ -38,6 +38,10 @@ type CreateOptions struct {
 	// Width and Height set the guest screen; default 1280x800.
 	Width  int `json:"width"`
 	Height int `json:"height"`
+	// Labels are kept in the domain's metadata and survive a deskfarm
+	// restart, e.g. the pool a VM belongs to. Keys and values are short
+	// printable strings (see ValidateLabels).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Defaults and limits for CreateOptions.
@@ -70,6 +74,8 @@ type VM struct {
 	VNCSocket string `json:"vnc_socket"`
 	// Resets counts resets since the VM was created.
 	Resets int `json:"resets"`
+	// Labels are the VM's labels (CreateOptions.Labels, SetLabel).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ExecRequest runs a program in the guest through the guest agent.
