@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -80,87 +81,13 @@ func TestDefaultConfigAndOverride(t *testing.T) {
 	}
 }
 
-// fakeVMs is an in-memory VM layer.
-type fakeVMs struct {
-	mu       sync.Mutex
-	n        int
-	vms      map[string]vmm.VM
-	failNext map[string]error // reset error by VM id
-	bootTime time.Duration
-	resets   int
-}
-
-func newFakeVMs() *fakeVMs { return &fakeVMs{vms: map[string]vmm.VM{}, failNext: map[string]error{}} }
-
-func (f *fakeVMs) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) {
-	select {
-	case <-time.After(f.bootTime):
-	case <-ctx.Done():
-		return vmm.VM{}, ctx.Err()
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.n++
-	v := vmm.VM{ID: fmt.Sprintf("vm%03d", f.n), Image: o.Image, State: vmm.StateReady, MemoryMiB: o.MemoryMiB,
-		VCPUs: o.VCPUs, Width: o.Width, Height: o.Height, CreatedAt: time.Now()}
-	f.vms[v.ID] = v
-	return v, nil
-}
-
-func (f *fakeVMs) List(context.Context) ([]vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []vmm.VM
-	for _, v := range f.vms {
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func (f *fakeVMs) Get(_ context.Context, id string) (vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	v, ok := f.vms[id]
-	if !ok {
-		return v, fmt.Errorf("vm %s: %w", id, vmm.ErrNotFound)
-	}
-	return v, nil
-}
-
-func (f *fakeVMs) Destroy(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.vms[id]; !ok {
-		return vmm.ErrNotFound
-	}
-	delete(f.vms, id)
-	return nil
-}
-
-func (f *fakeVMs) Reset(_ context.Context, id string) (vmm.ResetResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.failNext[id]; err != nil {
-		delete(f.failNext, id)
-		return vmm.ResetResult{}, err
-	}
-	f.resets++
-	return vmm.ResetResult{Duration: time.Millisecond}, nil
-}
-
-func (f *fakeVMs) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.vms)
-}
-
 func testConfig(minWarm, max int) Config {
 	c := Config{HostMemoryMiB: 100000, Pools: []PoolConfig{{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: minWarm, Max: max}}}
 	c.SetDefaults()
 	return c
 }
 
-func newTestManager(t *testing.T, f *fakeVMs, cfg Config, dir string) *Manager {
+func newTestManager(t *testing.T, f *vmmtest.Farm, cfg Config, dir string) *Manager {
 	t.Helper()
 	m, err := New(context.Background(), f, cfg, Options{StateDir: dir, ReapInterval: 10 * time.Millisecond,
 		ReconcileInterval: 50 * time.Millisecond})
@@ -185,7 +112,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func warm(m *Manager) int { return m.Pools()[0].Warm }
 
 func TestLeaseLifecycle(t *testing.T) {
-	f := newFakeVMs()
+	f := vmmtest.New()
 	m := newTestManager(t, f, testConfig(1, 2), t.TempDir())
 	waitFor(t, "one warm vm", func() bool { return warm(m) == 1 })
 	ctx := context.Background()
@@ -241,9 +168,9 @@ func TestLeaseLifecycle(t *testing.T) {
 	}
 
 	// A failed reset destroys the VM; the pool replaces it.
-	f.mu.Lock()
-	f.failNext[ep2.VM] = fmt.Errorf("loadvm: %w", vmm.ErrDead)
-	f.mu.Unlock()
+	f.Lock()
+	f.FailReset[ep2.VM] = fmt.Errorf("loadvm: %w", vmm.ErrDead)
+	f.Unlock()
 	e2, err := m.End(ctx, ep2.ID, ReasonDeleted)
 	if err != nil || !e2.VMReplaced || e2.EndReason != ReasonVMDied {
 		t.Fatalf("end with failed reset: %+v %v", e2, err)
@@ -254,7 +181,7 @@ func TestLeaseLifecycle(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	f := newFakeVMs()
+	f := vmmtest.New()
 	m := newTestManager(t, f, testConfig(1, 1), t.TempDir())
 	waitFor(t, "one warm vm", func() bool { return warm(m) == 1 })
 	ep, err := m.Start(context.Background(), "tiny", 30*time.Millisecond)
@@ -269,8 +196,8 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestConcurrentLeasesNeverShareAVM(t *testing.T) {
-	f := newFakeVMs()
-	f.bootTime = 2 * time.Millisecond
+	f := vmmtest.New()
+	f.BootTime = 2 * time.Millisecond
 	cfg := testConfig(3, 6)
 	cfg.MaxBoots = 2
 	m := newTestManager(t, f, cfg, t.TempDir())
@@ -314,14 +241,14 @@ func TestConcurrentLeasesNeverShareAVM(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := f.count(); n > 6 {
+	if n := f.Count(); n > 6 {
 		t.Fatalf("%d vms, max 6", n)
 	}
-	t.Logf("%d starts refused with pool_full; %d resets", full, f.resets)
+	t.Logf("%d starts refused with pool_full; %d resets", full, f.Resets)
 }
 
 func TestHostFull(t *testing.T) {
-	f := newFakeVMs()
+	f := vmmtest.New()
 	cfg := testConfig(0, 5)
 	cfg.HostMemoryMiB, cfg.HostReserveMiB = 1024, 400 // room for two 256 MiB VMs
 	m := newTestManager(t, f, cfg, t.TempDir())
@@ -338,7 +265,7 @@ func TestHostFull(t *testing.T) {
 }
 
 func TestRestartRecoversLeases(t *testing.T) {
-	f := newFakeVMs()
+	f := vmmtest.New()
 	dir := t.TempDir()
 	cfg := testConfig(1, 3)
 	m1, err := New(context.Background(), f, cfg, Options{StateDir: dir, ReapInterval: 10 * time.Millisecond})
@@ -367,8 +294,8 @@ func TestRestartRecoversLeases(t *testing.T) {
 	if l := m2.List(); len(l) != 1 {
 		t.Fatalf("episodes after restart: %+v", l)
 	}
-	if p := m2.Pools()[0]; p.Leased != 1 || p.Warm != 1 || f.count() != 2 {
-		t.Fatalf("pool after restart: %+v, %d vms", p, f.count())
+	if p := m2.Pools()[0]; p.Leased != 1 || p.Warm != 1 || f.Count() != 2 {
+		t.Fatalf("pool after restart: %+v, %d vms", p, f.Count())
 	}
 	if _, err := m2.End(context.Background(), ep.ID, ReasonDeleted); err != nil {
 		t.Fatal(err)
@@ -376,7 +303,7 @@ func TestRestartRecoversLeases(t *testing.T) {
 }
 
 func TestVanishedVMEndsEpisode(t *testing.T) {
-	f := newFakeVMs()
+	f := vmmtest.New()
 	m := newTestManager(t, f, testConfig(1, 2), t.TempDir())
 	waitFor(t, "warm", func() bool { return warm(m) == 1 })
 	ep, _ := m.Start(context.Background(), "tiny", time.Hour)

@@ -2,6 +2,8 @@ package vmm
 
 import (
 	"context"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"time"
 )
 
@@ -124,4 +126,53 @@ type Farm interface {
 	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
 	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error
+	// Subscribe returns the lifecycle events published after the call (see
+	// Event); the channel closes when ctx ends or the farm closes.
+	Subscribe(ctx context.Context) <-chan Event
+	// SetLabel sets (or, with "", removes) one label of a VM; labels
+	// survive restarts.
+	SetLabel(ctx context.Context, id, key, value string) error
+}
+
+// Label limits (ValidateLabels).
+const (
+	MaxLabels        = 16
+	MaxLabelKeyLen   = 63
+	MaxLabelValueLen = 253
+)
+
+// ValidateLabels checks label keys ([a-z0-9._-], 1-63 bytes, starting with a
+// letter or digit) and values (printable ASCII without '<', '>' or '&',
+// at most 253 bytes), and that there are at most MaxLabels.
+func ValidateLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fielderr.Newf("labels", ErrInvalid, "%d labels; at most %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if !validLabelKey(k) {
+			return fielderr.Newf("labels", ErrInvalid, "key %q: want 1-%d of a-z, 0-9, '.', '_', '-', starting with a letter or digit", k, MaxLabelKeyLen)
+		}
+		if len(v) > MaxLabelValueLen {
+			return fielderr.Newf("labels."+k, ErrInvalid, "value is %d bytes; at most %d", len(v), MaxLabelValueLen)
+		}
+		for _, r := range v {
+			if r < 0x20 || r > 0x7e || r == '<' || r == '>' || r == '&' {
+				return fielderr.Newf("labels."+k, ErrInvalid, "value %q: want printable ASCII without <, > or &", v)
+			}
+		}
+	}
+	return nil
+}
+
+func validLabelKey(k string) bool {
+	if k == "" || len(k) > MaxLabelKeyLen {
+		return false
+	}
+	for i, r := range k {
+		alnum := r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || r != '.' && r != '_' && r != '-') {
+			return false
+		}
+	}
+	return true
 }

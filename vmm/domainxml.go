@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"fmt"
+	"sort"
 	"strings"
 	"text/template"
 	"time"
@@ -34,6 +35,39 @@ type metadata struct {
 	Created     time.Time `xml:"created"`
 	BootSeconds float64   `xml:"boot-seconds"`
 	Start       string    `xml:"start"`
+	Labels      []label   `xml:"label,omitempty"`
+}
+
+// label is one VM label in the metadata: <label key="pool">desktop</label>.
+type label struct {
+	Key   string `xml:"key,attr"`
+	Value string `xml:",chardata"`
+}
+
+func (m metadata) labelMap() map[string]string {
+	if len(m.Labels) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m.Labels))
+	for _, l := range m.Labels {
+		out[l.Key] = l.Value
+	}
+	return out
+}
+
+// setLabel sets or, with an empty value, removes a label, keeping keys sorted.
+func (m *metadata) setLabel(key, value string) {
+	ls := m.Labels[:0:0]
+	for _, l := range m.Labels {
+		if l.Key != key {
+			ls = append(ls, l)
+		}
+	}
+	if value != "" {
+		ls = append(ls, label{Key: key, Value: value})
+	}
+	sort.Slice(ls, func(i, j int) bool { return ls[i].Key < ls[j].Key })
+	m.Labels = ls
 }
 
 // marshal renders the metadata element with deskfarm's namespace, as

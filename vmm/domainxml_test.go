@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"encoding/xml"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,8 @@ import (
 
 func TestMetadataRoundTrip(t *testing.T) {
 	m := metadata{ID: "ab12", Image: "tiny", ImageHash: "ff", State: StateReady, Dir: "/var/lib/deskfarm/vms/ab12",
-		Accel: "tcg", Width: 1280, Height: 800, MemoryMiB: 512, VCPUs: 1, Created: time.Unix(1700000000, 0).UTC(), BootSeconds: 9.5}
+		Accel: "tcg", Width: 1280, Height: 800, MemoryMiB: 512, VCPUs: 1, Created: time.Unix(1700000000, 0).UTC(), BootSeconds: 9.5,
+		Labels: []label{{Key: "episode", Value: "ep-1"}, {Key: "pool", Value: "desktop"}}}
 	s, err := m.marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +26,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != m {
+		if !reflect.DeepEqual(got, m) {
 			t.Fatalf("round trip: got %+v want %+v", got, m)
 		}
 	}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // BaseImage is a built, read-only guest image: what a VM boots from.
@@ -106,6 +108,7 @@ type Manager struct {
 	vms        map[string]*machine
 	closeOnce  sync.Once
 	lock       *os.File
+	events     Bus
 }
 
 var _ Farm = (*Manager)(nil)
@@ -187,6 +190,7 @@ func (m *Manager) Close() error {
 		}
 		m.mu.Unlock()
 		err = m.conn.close()
+		m.events.Close()
 		m.lock.Close() // releases the flock
 	})
 	return err
@@ -203,7 +207,7 @@ func newID() string {
 // validate fills defaults into opts and checks them against the host.
 func (m *Manager) validate(opts *CreateOptions) error {
 	if opts.Image == "" {
-		return fmt.Errorf("field image: %w: required (e.g. \"desktop\" or \"tiny\")", ErrInvalid)
+		return fielderr.Newf("image", ErrInvalid, "required (e.g. \"desktop\" or \"tiny\")")
 	}
 	if opts.MemoryMiB == 0 {
 		opts.MemoryMiB = DefaultMemoryMiB
@@ -216,19 +220,19 @@ func (m *Manager) validate(opts *CreateOptions) error {
 	}
 	switch {
 	case opts.MemoryMiB < MinMemoryMiB:
-		return fmt.Errorf("field memory_mib: %w: %d is below the minimum of %d MiB", ErrInvalid, opts.MemoryMiB, MinMemoryMiB)
+		return fielderr.Newf("memory_mib", ErrInvalid, "%d is below the minimum of %d MiB", opts.MemoryMiB, MinMemoryMiB)
 	case opts.MemoryMiB > m.hostMemMiB:
-		return fmt.Errorf("field memory_mib: %w: %d MiB is more than the host has (%d MiB)", ErrInsufficientResources, opts.MemoryMiB, m.hostMemMiB)
+		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB is more than the host has (%d MiB)", opts.MemoryMiB, m.hostMemMiB)
 	case opts.VCPUs < 1 || opts.VCPUs > m.hostCPUs:
-		return fmt.Errorf("field vcpus: %w: %d is outside 1..%d (the host's CPUs)", ErrInvalid, opts.VCPUs, m.hostCPUs)
+		return fielderr.Newf("vcpus", ErrInvalid, "%d is outside 1..%d (the host's CPUs)", opts.VCPUs, m.hostCPUs)
 	case opts.Width < 640 || opts.Width > 3840 || opts.Height < 480 || opts.Height > 2160:
-		return fmt.Errorf("field width/height: %w: %dx%d is outside 640x480..3840x2160", ErrInvalid, opts.Width, opts.Height)
+		return fielderr.Newf("width/height", ErrInvalid, "%dx%d is outside 640x480..3840x2160", opts.Width, opts.Height)
 	case opts.Width%8 != 0:
 		// bochs-drm shows widths that are not a multiple of 8 skewed.
-		return fmt.Errorf("field width: %w: %d is not a multiple of 8 (e.g. 1368 rather than 1366)", ErrInvalid, opts.Width)
+		return fielderr.Newf("width", ErrInvalid, "%d is not a multiple of 8 (e.g. 1368 rather than 1366)", opts.Width)
 	}
 	if avail := availableMemMiB(); avail > 0 && opts.MemoryMiB > avail {
-		return fmt.Errorf("field memory_mib: %w: %d MiB requested but only %d MiB available on the host", ErrInsufficientResources, opts.MemoryMiB, avail)
+		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB requested but only %d MiB available on the host", opts.MemoryMiB, avail)
 	}
 	return nil
 }
@@ -255,15 +259,21 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	if err := m.validate(&opts); err != nil {
 		return VM{}, err
 	}
+	if err := ValidateLabels(opts.Labels); err != nil {
+		return VM{}, err
+	}
 	img, err := m.cfg.Images.Resolve(opts.Image)
 	if err != nil {
-		return VM{}, fmt.Errorf("field image: %w", err)
+		return VM{}, &fielderr.Error{Field: "image", Msg: err.Error(), Errs: []error{err}}
 	}
 	id := newID()
 	dir := m.vmDir(id)
 	mc := &machine{meta: metadata{ID: id, Image: img.Name, ImageHash: img.Hash, State: StateCreating, Dir: dir,
 		Accel: m.accel, Width: opts.Width, Height: opts.Height, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
 		Created: time.Now().UTC().Truncate(time.Second)}}
+	for k, v := range opts.Labels {
+		mc.meta.setLabel(k, v)
+	}
 	name := DomainPrefix + id
 	log := m.log.With("vm", id)
 	overlay := filepath.Join(dir, "disk.qcow2")
@@ -322,6 +332,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 					return err
 				}
 				mc.dom, err = m.hv.defineDomain(xml)
+				if err == nil {
+					m.publish(EventCreated, mc, "")
+				}
 				return err
 			},
 			undo: func() error { return m.hv.undefineDomain(mc.dom) }},
@@ -397,9 +410,13 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 		delete(m.vms, id)
 		m.mu.Unlock()
 		mc.gone = true
+		if mc.dom.Name != "" {
+			m.publish(EventDestroyed, mc, "create failed")
+		}
 		return VM{}, fmt.Errorf("create vm %s (image %s): %w", id, img.Name, err)
 	}
 	log.Info("vm ready", "op", "create", "duration", time.Since(start).Round(time.Millisecond))
+	m.publish(EventReady, mc, "")
 	return m.describe(mc), nil
 }
 
@@ -545,7 +562,8 @@ func (m *Manager) describe(mc *machine) VM {
 	md := mc.meta
 	return VM{ID: md.ID, Domain: DomainPrefix + md.ID, Image: md.Image, ImageHash: md.ImageHash, State: md.State,
 		MemoryMiB: md.MemoryMiB, VCPUs: md.VCPUs, Width: md.Width, Height: md.Height, Accel: md.Accel,
-		CreatedAt: md.Created, BootSeconds: md.BootSeconds, Start: md.Start, VNCSocket: filepath.Join(md.Dir, "vnc.sock"), Resets: mc.resets}
+		CreatedAt: md.Created, BootSeconds: md.BootSeconds, Start: md.Start, VNCSocket: filepath.Join(md.Dir, "vnc.sock"), Resets: mc.resets,
+		Labels: md.labelMap()}
 }
 
 func (m *Manager) lookup(id string) (*machine, error) {
@@ -622,6 +640,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	m.mu.Lock()
 	delete(m.vms, id)
 	m.mu.Unlock()
+	m.publish(EventDestroyed, mc, "destroyed")
 	if err != nil {
 		return fmt.Errorf("destroy vm %s: %w", id, err)
 	}
@@ -702,20 +721,21 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w (state %s)", id, ErrNotRunning, mc.meta.State)
 	}
 	if err := m.checkAlive(mc, filepath.Join(mc.meta.Dir, "console.log")); err != nil {
-		mc.meta.State = StateBroken
+		m.markBroken(mc, "dead at reset")
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
 	}
 	start := time.Now()
 	if err := mc.mon.loadVM(readySnapshot); err != nil {
-		mc.meta.State = StateBroken
+		m.markBroken(mc, "loadvm failed")
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(mc, err))
 	}
 	loaded := time.Since(start)
 	if err := m.setClock(ctx, mc); err != nil {
-		mc.meta.State = StateBroken
+		m.markBroken(mc, "clock after reset failed")
 		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(mc, err))
 	}
 	mc.resets++
+	m.publish(EventReset, mc, "")
 	d := time.Since(start)
 	m.log.Info("vm reset", "vm", id, "op", "reset", "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
 	return ResetResult{Duration: d}, nil
@@ -750,10 +770,10 @@ func (m *Manager) shrinkRAM(ctx context.Context, mc *machine) {
 // Exec runs a program in the guest.
 func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return ExecResult{}, fmt.Errorf("field argv: %w: needs at least the program name", ErrInvalid)
+		return ExecResult{}, fielderr.Newf("argv", ErrInvalid, "needs at least the program name")
 	}
 	if req.Timeout < 0 {
-		return ExecResult{}, fmt.Errorf("field timeout_s: %w: must be positive", ErrInvalid)
+		return ExecResult{}, fielderr.Newf("timeout_s", ErrInvalid, "must be positive")
 	}
 	if req.Timeout == 0 {
 		req.Timeout = DefaultExecTimeout
@@ -770,7 +790,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 // ReadFile reads a guest file of at most MaxFileSize bytes.
 func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
 	if !filepath.IsAbs(path) {
-		return nil, fmt.Errorf("field path: %w: %q is not absolute", ErrInvalid, path)
+		return nil, fielderr.Newf("path", ErrInvalid, "%q is not absolute", path)
 	}
 	mc, err := m.ready(id, "read file")
 	if err != nil {
@@ -787,13 +807,13 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error)
 // WriteFile writes a guest file; mode 0 keeps the agent's default (0666 less umask).
 func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error {
 	if !filepath.IsAbs(path) {
-		return fmt.Errorf("field path: %w: %q is not absolute", ErrInvalid, path)
+		return fielderr.Newf("path", ErrInvalid, "%q is not absolute", path)
 	}
 	if len(data) > MaxFileSize {
 		return fmt.Errorf("write file %s: %w: %d bytes, limit %d", path, ErrTooLarge, len(data), MaxFileSize)
 	}
 	if mode > 0o7777 {
-		return fmt.Errorf("field mode: %w: %o is not a file mode", ErrInvalid, mode)
+		return fielderr.Newf("mode", ErrInvalid, "%o is not a file mode", mode)
 	}
 	mc, err := m.ready(id, "write file")
 	if err != nil {
@@ -847,4 +867,49 @@ func (m *Manager) Screenshot(ctx context.Context, id string) (*image.RGBA, error
 		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
 	}
 	return img, nil
+}
+
+// Subscribe returns every lifecycle event published after the call, in
+// order per VM. The channel is closed when ctx ends or the Manager closes.
+// Publishing never waits for a subscriber.
+func (m *Manager) Subscribe(ctx context.Context) <-chan Event { return m.events.Subscribe(ctx) }
+
+// publish sends an event about mc; callers hold mc.mu.
+func (m *Manager) publish(kind EventKind, mc *machine, reason string) {
+	m.events.Publish(Event{Kind: kind, VM: m.describe(mc), At: time.Now(), Reason: reason})
+}
+
+// markBroken marks mc unusable and, the first time, publishes EventDied.
+// Callers hold mc.mu exclusively.
+func (m *Manager) markBroken(mc *machine, reason string) {
+	if mc.meta.State == StateBroken {
+		return
+	}
+	mc.meta.State = StateBroken
+	m.log.Warn("vm broken", "vm", mc.meta.ID, "op", "died", "reason", reason)
+	m.publish(EventDied, mc, reason)
+}
+
+// SetLabel sets a label of a VM, kept in its domain metadata so it
+// survives a deskfarm restart; an empty value removes the label.
+func (m *Manager) SetLabel(ctx context.Context, id, key, value string) error {
+	if err := ValidateLabels(map[string]string{key: value}); err != nil {
+		return err
+	}
+	mc, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.gone {
+		return fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	old := mc.meta.Labels
+	mc.meta.setLabel(key, value)
+	if err := m.saveMeta(mc); err != nil {
+		mc.meta.Labels = old
+		return err
+	}
+	return nil
 }

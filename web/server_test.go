@@ -13,149 +13,25 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
-
-// fakeFarm is an in-memory vmm.Farm for protocol tests. It boots nothing.
-type fakeFarm struct {
-	mu     sync.Mutex
-	vms    map[string]vmm.VM
-	files  map[string][]byte // "id:path"
-	modes  map[string]uint32
-	nextID int
-
-	err       error                                         // returned by every call when set
-	execFn    func(vmm.ExecRequest) (vmm.ExecResult, error) // nil echoes stdin
-	lastExec  vmm.ExecRequest
-	createCtx func(context.Context) error // called by Create before it returns
-}
-
-var _ vmm.Farm = (*fakeFarm)(nil)
-
-func newFakeFarm() *fakeFarm {
-	return &fakeFarm{vms: map[string]vmm.VM{}, files: map[string][]byte{}, modes: map[string]uint32{}}
-}
-
-func (f *fakeFarm) vm(id string) (vmm.VM, error) {
-	if f.err != nil {
-		return vmm.VM{}, f.err
-	}
-	vm, ok := f.vms[id]
-	if !ok {
-		return vmm.VM{}, fmt.Errorf("vm %s: %w", id, vmm.ErrNotFound)
-	}
-	return vm, nil
-}
-
-func (f *fakeFarm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) {
-	if f.createCtx != nil {
-		if err := f.createCtx(ctx); err != nil {
-			return vmm.VM{}, err
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return vmm.VM{}, f.err
-	}
-	f.nextID++
-	vm := vmm.VM{ID: fmt.Sprintf("vm%d", f.nextID), Image: o.Image, State: vmm.StateReady,
-		MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, Width: o.Width, Height: o.Height}
-	vm.Domain = "deskfarm-" + vm.ID
-	f.vms[vm.ID] = vm
-	return vm, nil
-}
-
-func (f *fakeFarm) List(context.Context) ([]vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return nil, f.err
-	}
-	var vms []vmm.VM
-	for _, vm := range f.vms {
-		vms = append(vms, vm)
-	}
-	return vms, nil
-}
-
-func (f *fakeFarm) Get(_ context.Context, id string) (vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.vm(id)
-}
-
-func (f *fakeFarm) Destroy(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, err := f.vm(id); err != nil {
-		return err
-	}
-	delete(f.vms, id)
-	return nil
-}
-
-func (f *fakeFarm) Reset(_ context.Context, id string) (vmm.ResetResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, err := f.vm(id); err != nil {
-		return vmm.ResetResult{}, err
-	}
-	return vmm.ResetResult{Duration: 930 * time.Millisecond}, nil
-}
-
-func (f *fakeFarm) Exec(_ context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, err := f.vm(id); err != nil {
-		return vmm.ExecResult{}, err
-	}
-	f.lastExec = req
-	if f.execFn != nil {
-		return f.execFn(req)
-	}
-	return vmm.ExecResult{Stdout: req.Stdin}, nil
-}
-
-func (f *fakeFarm) ReadFile(_ context.Context, id, path string) ([]byte, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, err := f.vm(id); err != nil {
-		return nil, err
-	}
-	data, ok := f.files[id+":"+path]
-	if !ok {
-		return nil, fmt.Errorf("read %s on vm %s: no such file: %w", path, id, vmm.ErrAgent)
-	}
-	return data, nil
-}
-
-func (f *fakeFarm) WriteFile(_ context.Context, id, path string, data []byte, mode uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, err := f.vm(id); err != nil {
-		return err
-	}
-	f.files[id+":"+path] = data
-	f.modes[id+":"+path] = mode
-	return nil
-}
 
 // harness is a server on a fake farm with one ready VM, "vm1".
 type harness struct {
 	t    *testing.T
-	farm *fakeFarm
+	farm *vmmtest.Farm
 	h    http.Handler
 	logs *bytes.Buffer
 }
 
 func newHarness(t *testing.T, opts Options) *harness {
 	t.Helper()
-	farm := newFakeFarm()
+	farm := vmmtest.New()
+	farm.ResetTime = 930 * time.Millisecond
 	if _, err := farm.Create(context.Background(), vmm.CreateOptions{Image: "tiny"}); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +173,7 @@ func TestSentinelCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			h := newHarness(t, Options{})
-			h.farm.err = fmt.Errorf("get vm vm1: %w", tt.err)
+			h.farm.Err = fmt.Errorf("get vm vm1: %w", tt.err)
 			body := wantError(t, h.do("GET", "/v1/vms/vm1", nil), tt.status, tt.code, "")
 			if !strings.Contains(body.Message, "get vm vm1") {
 				t.Errorf("message %q lost the farm's context", body.Message)
@@ -309,19 +185,19 @@ func TestSentinelCodes(t *testing.T) {
 // A field error from the farm (or any error with InvalidField) fills "field".
 func TestFarmFieldError(t *testing.T) {
 	h := newHarness(t, Options{})
-	h.farm.err = fmt.Errorf("create vm: %w", &FieldError{Field: "vcpus", Msg: "host has 2 CPUs, asked for 8"})
+	h.farm.Err = fmt.Errorf("create vm: %w", &FieldError{Field: "vcpus", Msg: "host has 2 CPUs, asked for 8"})
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
 }
 
 // vmm.Manager names the field in its message: "field NAME: invalid request: ...".
 func TestFarmFieldInMessage(t *testing.T) {
 	h := newHarness(t, Options{})
-	h.farm.err = fmt.Errorf("create vm: field vcpus: %w: 8 is outside 1..2 (the host's CPUs)", vmm.ErrInvalid)
+	h.farm.Err = fmt.Errorf("create vm: field vcpus: %w: 8 is outside 1..2 (the host's CPUs)", vmm.ErrInvalid)
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
-	h.farm.err = fmt.Errorf("create vm: field width/height: %w: 1x1 is outside 640x480..3840x2160", vmm.ErrInvalid)
+	h.farm.Err = fmt.Errorf("create vm: field width/height: %w: 1x1 is outside 640x480..3840x2160", vmm.ErrInvalid)
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 400, CodeInvalidRequest, "width/height")
 	// Only invalid requests get a field.
-	h.farm.err = fmt.Errorf("create vm: field vcpus: %w", vmm.ErrAgent)
+	h.farm.Err = fmt.Errorf("create vm: field vcpus: %w", vmm.ErrAgent)
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 502, CodeAgentError, "")
 }
 
@@ -350,7 +226,7 @@ func TestCreateValidation(t *testing.T) {
 			if tt.field != "" && !strings.Contains(e.Message, tt.field) {
 				t.Errorf("message %q does not name %s", e.Message, tt.field)
 			}
-			if len(h.farm.vms) != 1 {
+			if h.farm.Count() != 1 {
 				t.Errorf("a VM was created from an invalid request")
 			}
 		})
@@ -369,7 +245,7 @@ func TestCreateCancel(t *testing.T) {
 	h := newHarness(t, Options{})
 	started := make(chan struct{})
 	var farmErr error
-	h.farm.createCtx = func(ctx context.Context) error {
+	h.farm.CreateHook = func(ctx context.Context, _ vmm.CreateOptions) error {
 		close(started)
 		<-ctx.Done()
 		farmErr = fmt.Errorf("create vm: wait for agent: %w", ctx.Err())
@@ -405,19 +281,19 @@ func TestExec(t *testing.T) {
 	if got := strings.TrimSpace(w.Body.String()); got != `{"exit_code":0,"stdout":"hello\n","stderr":""}` {
 		t.Errorf("exec body = %s", got)
 	}
-	req := h.farm.lastExec
+	req := h.farm.LastExec
 	if req.Argv[0] != "cat" || string(req.Stdin) != "hello\n" || req.Env[0] != "A=1" || req.Timeout != 2500*time.Millisecond {
 		t.Errorf("farm got %+v", req)
 	}
 
 	// No timeout means the farm's default.
 	h.do("POST", "/v1/vms/vm1/exec", `{"argv":["true"]}`)
-	if h.farm.lastExec.Timeout != 0 {
-		t.Errorf("timeout = %v, want 0 (the farm's default)", h.farm.lastExec.Timeout)
+	if h.farm.LastExec.Timeout != 0 {
+		t.Errorf("timeout = %v, want 0 (the farm's default)", h.farm.LastExec.Timeout)
 	}
 	h.do("POST", "/v1/vms/vm1/exec", `{"argv":["true"],"timeout_s":3600}`)
-	if h.farm.lastExec.Timeout != time.Hour {
-		t.Errorf("timeout = %v, want 1h", h.farm.lastExec.Timeout)
+	if h.farm.LastExec.Timeout != time.Hour {
+		t.Errorf("timeout = %v, want 1h", h.farm.LastExec.Timeout)
 	}
 }
 
@@ -426,7 +302,7 @@ func TestExec(t *testing.T) {
 func TestExecBinary(t *testing.T) {
 	h := newHarness(t, Options{})
 	bin := []byte{0x89, 'P', 'N', 'G', 0xff, 0x00}
-	h.farm.execFn = func(req vmm.ExecRequest) (vmm.ExecResult, error) {
+	h.farm.ExecFn = func(req vmm.ExecRequest) (vmm.ExecResult, error) {
 		return vmm.ExecResult{ExitCode: 3, Stdout: req.Stdin, Stderr: []byte("warning: ü\n")}, nil
 	}
 	w := h.do("POST", "/v1/vms/vm1/exec",
@@ -434,8 +310,8 @@ func TestExecBinary(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("exec: status %d, body %s", w.Code, w.Body)
 	}
-	if !bytes.Equal(h.farm.lastExec.Stdin, bin) {
-		t.Errorf("farm got stdin %q, want %q", h.farm.lastExec.Stdin, bin)
+	if !bytes.Equal(h.farm.LastExec.Stdin, bin) {
+		t.Errorf("farm got stdin %q, want %q", h.farm.LastExec.Stdin, bin)
 	}
 	var raw map[string]any
 	json.Unmarshal(w.Body.Bytes(), &raw)
@@ -478,8 +354,8 @@ func TestExecValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, Options{})
 			wantError(t, h.do("POST", "/v1/vms/vm1/exec", tt.body), tt.status, tt.code, tt.field)
-			if h.farm.lastExec.Argv != nil {
-				t.Errorf("farm ran %+v", h.farm.lastExec)
+			if h.farm.LastExec.Argv != nil {
+				t.Errorf("farm ran %+v", h.farm.LastExec)
 			}
 		})
 	}
@@ -499,11 +375,11 @@ func TestFiles(t *testing.T) {
 	if w.Code != http.StatusNoContent {
 		t.Fatalf("put: status %d, body %s", w.Code, w.Body)
 	}
-	if mode := h.farm.modes["vm1:/usr/local/bin/hi"]; mode != 0o755 {
+	if mode := h.farm.FileMode("vm1", "/usr/local/bin/hi"); mode != 0o755 {
 		t.Errorf("mode = %#o, want 0755", mode)
 	}
 	h.do("PUT", "/v1/vms/vm1/files?path=/tmp/a", "x")
-	if mode := h.farm.modes["vm1:/tmp/a"]; mode != 0o644 {
+	if mode := h.farm.FileMode("vm1", "/tmp/a"); mode != 0o644 {
 		t.Errorf("default mode = %#o, want 0644", mode)
 	}
 
@@ -531,7 +407,7 @@ func TestFileSizeLimit(t *testing.T) {
 	// Without one (chunked) it stops reading at the limit.
 	chunked := struct{ io.Reader }{bytes.NewReader(big)}
 	wantError(t, h.do("PUT", "/v1/vms/vm1/files?path=/big", chunked), 413, CodeTooLarge, "")
-	if _, ok := h.farm.files["vm1:/big"]; ok {
+	if _, ok := h.farm.File("vm1", "/big"); ok {
 		t.Error("oversized file reached the farm")
 	}
 	// Exactly the limit is fine.
@@ -640,7 +516,7 @@ func TestRequestLog(t *testing.T) {
 
 // A browser beyond loopback authenticates with ?token= once, then the cookie.
 func TestBrowserTokenCookie(t *testing.T) {
-	h := NewServer(newFakeFarm(), Options{Token: "s3cret"})
+	h := NewServer(vmmtest.New(), Options{Token: "s3cret"})
 	do := func(target string, cookie *http.Cookie) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", target, nil)
 		r.RemoteAddr = "192.0.2.7:4000"

@@ -477,3 +477,11 @@ func TestParseInterspersed(t *testing.T) {
 		}
 	}
 }
+
+func (f *memFarm) Subscribe(ctx context.Context) <-chan vmm.Event {
+	ch := make(chan vmm.Event)
+	go func() { <-ctx.Done(); close(ch) }()
+	return ch
+}
+
+func (f *memFarm) SetLabel(context.Context, string, string, string) error { return nil }
