@@ -313,16 +313,27 @@ func TestFarmFieldError(t *testing.T) {
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
 }
 
-// vmm.Manager names the field in its message: "field NAME: invalid request: ...".
-func TestFarmFieldInMessage(t *testing.T) {
+// typedFieldErr stands in for the typed field error vmm is to grow: any
+// error with InvalidField() names the field, whatever its sentinel.
+type typedFieldErr struct {
+	field string
+	err   error
+}
+
+func (e *typedFieldErr) Error() string        { return "field " + e.field + ": " + e.err.Error() }
+func (e *typedFieldErr) Unwrap() error        { return e.err }
+func (e *typedFieldErr) InvalidField() string { return e.field }
+
+// The field comes from a typed error, never from the message text.
+func TestFarmFieldTyped(t *testing.T) {
 	h := newHarness(t, Options{})
-	h.farm.err = fmt.Errorf("create vm: field vcpus: %w: 8 is outside 1..2 (the host's CPUs)", vmm.ErrInvalid)
+	h.farm.err = fmt.Errorf("create vm: %w", &typedFieldErr{"vcpus", vmm.ErrInvalid})
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
-	h.farm.err = fmt.Errorf("create vm: field width/height: %w: 1x1 is outside 640x480..3840x2160", vmm.ErrInvalid)
-	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 400, CodeInvalidRequest, "width/height")
-	// Only invalid requests get a field.
-	h.farm.err = fmt.Errorf("create vm: field vcpus: %w", vmm.ErrAgent)
-	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 502, CodeAgentError, "")
+	h.farm.err = fmt.Errorf("create vm: %w", &typedFieldErr{"memory_mib", vmm.ErrInsufficientResources})
+	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 507, CodeInsufficientResources, "memory_mib")
+	// Text that looks like a field is just text.
+	h.farm.err = fmt.Errorf("create vm: field vcpus: %w", vmm.ErrInvalid)
+	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 400, CodeInvalidRequest, "")
 }
 
 func TestCreateValidation(t *testing.T) {
