@@ -1,11 +1,11 @@
 package web
 
 import (
-	"github.com/deskfarm/deskfarm/api"
 	"sync"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/api"
 )
 
 // ActivityEvent is a wire type (package api).

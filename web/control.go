@@ -1,7 +1,6 @@
 package web
 
 import (
-	"github.com/deskfarm/deskfarm/api"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -9,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/deskfarm/deskfarm/api"
 )
 
 // The control bodies are wire types (package api).
