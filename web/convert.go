@@ -34,7 +34,10 @@ func apiEpisode(ep pool.Episode, viewerURL string) api.Episode {
 }
 
 func apiPools(ps []pool.PoolStatus) api.PoolList {
-	out := api.PoolList{Pools: make([]api.Pool, 0, len(ps))}
+	var out api.PoolList
+	if ps != nil { // [] stays [], as pool.Manager.Pools sends it
+		out.Pools = make([]api.Pool, 0, len(ps))
+	}
 	for _, p := range ps {
 		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Image: p.Image, MemoryMiB: p.MemoryMiB,
 			VCPUs: p.VCPUs, Width: p.Width, Height: p.Height, MinWarm: p.MinWarm, Max: p.Max,

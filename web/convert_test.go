@@ -80,6 +80,8 @@ func TestWirePools(t *testing.T) {
 		Pools []pool.PoolStatus `json:"pools"`
 	}
 	sameJSON(t, "pools", oldList{ps}, apiPools(ps))
+	sameJSON(t, "no pools", oldList{[]pool.PoolStatus{}}, apiPools([]pool.PoolStatus{}))
+	sameJSON(t, "nil pools", oldList{nil}, apiPools(nil))
 }
 
 func TestWireActionsResponse(t *testing.T) {
