@@ -64,7 +64,7 @@ func newImageStore(cache string, progress io.Writer) *images.Store {
 
 func imageBuild(ctx context.Context, out io.Writer, cache string, force bool, names []string) error {
 	if len(names) == 0 {
-		return fmt.Errorf("build: name an image (%s)", strings.Join(images.Names(), ", "))
+		return fmt.Errorf("name an image (%s)", strings.Join(images.Names(), ", "))
 	}
 	known := map[string]bool{}
 	for _, n := range images.Names() {
@@ -72,7 +72,7 @@ func imageBuild(ctx context.Context, out io.Writer, cache string, force bool, na
 	}
 	for _, n := range names {
 		if !known[n] {
-			return fmt.Errorf("build: %w %q (known: %s)", images.ErrUnknownImage, n, strings.Join(images.Names(), ", "))
+			return fmt.Errorf("%w %q (known: %s)", images.ErrUnknownImage, n, strings.Join(images.Names(), ", "))
 		}
 	}
 	// Ctrl-C cancels ctx; the builder kills build.sh and cleans up.

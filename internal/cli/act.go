@@ -77,7 +77,7 @@ bare Claude input (taken as --tool's version), a neutral action
 func actBody(arg, tool string) (json.RawMessage, error) {
 	var probe any
 	if err := json.Unmarshal([]byte(arg), &probe); err != nil {
-		return nil, fmt.Errorf("act: JSON argument: %w", err)
+		return nil, fmt.Errorf("JSON argument: %w", err)
 	}
 	switch v := probe.(type) {
 	case []any:
@@ -92,7 +92,7 @@ func actBody(arg, tool string) (json.RawMessage, error) {
 			return json.Marshal(map[string]any{"tool": tool, "input": v})
 		}
 	}
-	return nil, errors.New(`act: JSON must be a Claude input ({"action":"left_click","coordinate":[x,y]}), a tool call ({"tool":...,"input":...}), a neutral action ({"kind":...}) or a list of them`)
+	return nil, errors.New(`JSON must be a Claude input ({"action":"left_click","coordinate":[x,y]}), a tool call ({"tool":...,"input":...}), a neutral action ({"kind":...}) or a list of them`)
 }
 
 func isObject(v any) bool { _, ok := v.(map[string]any); return ok }

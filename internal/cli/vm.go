@@ -239,7 +239,7 @@ them: "exec ID --env A=1 -- env" and "exec ID ls -l" both work.`,
 func execArgs(fs *pflag.FlagSet, args []string) (string, []string, error) {
 	const want = "want ID -- ARGV..."
 	if len(args) == 0 {
-		return "", nil, errors.New("vm exec: " + want)
+		return "", nil, errors.New(want)
 	}
 	id, rest := args[0], args[1:]
 	if id == "--" && len(rest) > 0 { // exec [flags] -- ID ARGV...
@@ -248,15 +248,15 @@ func execArgs(fs *pflag.FlagSet, args []string) (string, []string, error) {
 	if i := slices.Index(rest, "--"); i >= 0 {
 		fs.SetInterspersed(true)
 		if err := fs.Parse(rest[:i]); err != nil {
-			return "", nil, fmt.Errorf("vm exec: %w", err)
+			return "", nil, err
 		}
 		if fs.NArg() > 0 {
-			return "", nil, fmt.Errorf("vm exec: unexpected %q before --: %s", fs.Args(), want)
+			return "", nil, fmt.Errorf("unexpected %q before --: %s", fs.Args(), want)
 		}
 		rest = rest[i+1:]
 	}
 	if len(rest) == 0 {
-		return "", nil, errors.New("vm exec: no program: " + want)
+		return "", nil, errors.New("no program: " + want)
 	}
 	return id, rest, nil
 }
