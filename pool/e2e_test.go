@@ -149,7 +149,7 @@ func TestE2EEpisodes(t *testing.T) {
 	for {
 		var got web.EpisodeResponse
 		call("GET", "/v1/episodes/"+dead.ID, nil, 200, &got)
-		if got.State == pool.EpisodeEnded {
+		if got.State == string(pool.EpisodeEnded) {
 			if got.EndReason != pool.ReasonVMDied || !got.VMReplaced {
 				t.Fatalf("dead episode: %+v", got)
 			}
@@ -174,7 +174,7 @@ func TestE2EEpisodes(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	var got web.EpisodeResponse
 	call("GET", "/v1/episodes/"+short.ID, nil, 200, &got)
-	if got.State != pool.EpisodeEnded || got.EndReason != pool.ReasonExpired {
+	if got.State != string(pool.EpisodeEnded) || got.EndReason != pool.ReasonExpired {
 		t.Fatalf("after ttl: %+v", got)
 	}
 	res, err := m.Exec(context.Background(), short.VM, vmm.ExecRequest{Argv: []string{"test", "-e", "/tmp/ttl-mark"}})

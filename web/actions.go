@@ -2,74 +2,19 @@ package web
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/api"
 )
-
-// ActionsRequest is the body of POST /v1/vms/{id}/actions. Exactly one of
-// Tool+Input (a Claude computer-use tool call), Action or Actions (neutral
-// actions, see package actions) is set; the rest are run options.
-type ActionsRequest struct {
-	// Tool is the Claude tool type, e.g. "computer_20251124".
-	Tool  string          `json:"tool,omitempty"`
-	Input json.RawMessage `json:"input,omitempty"`
-	// Action is one neutral action; Actions a list played in order.
-	Action  json.RawMessage `json:"action,omitempty"`
-	Actions json.RawMessage `json:"actions,omitempty"`
-	// ScreenshotSize fixes the size of the screenshots the agent sees and of
-	// its coordinate space: "auto" (XGA/WXGA/FWXGA by aspect ratio, as the
-	// reference demo; the default), "native", or "WxH". Keep it fixed for a
-	// session.
-	ScreenshotSize string `json:"screenshot_size,omitempty"`
-	actions.RunOptions
-}
-
-// ActionsResponse is the answer: the Claude tool_result content plus the
-// neutral fields.
-type ActionsResponse struct {
-	Content []actions.ContentBlock `json:"content"`
-	actions.Result
-	// ScreenshotWidth and ScreenshotHeight are the agent's coordinate space.
-	ScreenshotWidth  int     `json:"screenshot_width"`
-	ScreenshotHeight int     `json:"screenshot_height"`
-	DurationMS       float64 `json:"duration_ms"`
-}
-
-// Action and display error codes.
-const (
-	CodeUnsupportedAction = "unsupported_action" // 400
-	CodeUnknownKey        = "unknown_key"        // 400
-	CodeUntypable         = "untypable_text"     // 400
-	CodeOutOfBounds       = "out_of_bounds"      // 400
-	CodeUnsupportedButton = "unsupported_button" // 400
-	CodePointerUnknown    = "pointer_unknown"    // 409
-	CodeDisplayError      = "display_error"      // 502
-	CodeNoDisplay         = "no_display"         // 501, the server has no display backend
-)
-
-func init() {
-	// Specific action errors before the generic actions.ErrInvalid.
-	sentinels = append([]sentinel{
-		{actions.ErrUnsupportedAction, http.StatusBadRequest, CodeUnsupportedAction},
-		{actions.ErrUnknownKey, http.StatusBadRequest, CodeUnknownKey},
-		{actions.ErrUntypable, http.StatusBadRequest, CodeUntypable},
-		{actions.ErrOutOfBounds, http.StatusBadRequest, CodeOutOfBounds},
-		{actions.ErrUnsupportedButton, http.StatusBadRequest, CodeUnsupportedButton},
-		{actions.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
-		{actions.ErrPointerUnknown, http.StatusConflict, CodePointerUnknown},
-		{actions.ErrDisplay, http.StatusBadGateway, CodeDisplayError},
-	}, sentinels...)
-}
 
 const maxActionsBody = 4 << 20
 
 func (s *server) noDisplay() error {
-	return &httpError{status: http.StatusNotImplemented, code: CodeNoDisplay, msg: "this server has no display backend"}
+	return &httpError{status: http.StatusNotImplemented, code: api.CodeNoDisplay, msg: "this server has no display backend"}
 }
 
 func (s *server) act(w http.ResponseWriter, r *http.Request) error {
@@ -77,15 +22,16 @@ func (s *server) act(w http.ResponseWriter, r *http.Request) error {
 		return s.noDisplay()
 	}
 	id := vmID(r)
-	var body ActionsRequest
+	var body api.ActionsRequest
 	if err := decodeJSON(w, r, &body, maxActionsBody); err != nil {
 		return err
 	}
-	acts, err := body.decode()
+	acts, err := decodeActions(body)
 	if err != nil {
 		return err
 	}
-	if err := body.RunOptions.Validate(); err != nil {
+	opts := runOptions(body.RunOptions)
+	if err := opts.Validate(); err != nil {
 		return err
 	}
 	size, err := parseSize(body.ScreenshotSize)
@@ -101,19 +47,18 @@ func (s *server) act(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	start := time.Now()
-	res, err := e.Run(r.Context(), acts, body.RunOptions)
+	res, err := e.Run(r.Context(), acts, opts)
 	if err != nil {
 		return fmt.Errorf("actions on vm %s: %w", id, err)
 	}
 	s.activity.record(id, acts, res, e.Scaler())
 	sw, sh := e.Scaler().ScreenshotSize()
-	writeJSON(w, http.StatusOK, ActionsResponse{Content: res.ClaudeContent(), Result: res,
-		ScreenshotWidth: sw, ScreenshotHeight: sh, DurationMS: float64(time.Since(start).Microseconds()) / 1000})
+	writeJSON(w, http.StatusOK, actionsResponse(res, sw, sh, time.Since(start)))
 	return nil
 }
 
-// decode turns the request into neutral actions.
-func (b *ActionsRequest) decode() ([]actions.Action, error) {
+// decodeActions turns the request into neutral actions.
+func decodeActions(b api.ActionsRequest) ([]actions.Action, error) {
 	set := 0
 	for _, present := range []bool{b.Tool != "" || len(b.Input) > 0, len(b.Action) > 0, len(b.Actions) > 0} {
 		if present {

@@ -5,30 +5,11 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/api"
 )
 
-// ActivityEvent is one input action played on a VM, as the live view
-// overlays it. Positions are native framebuffer pixels.
-type ActivityEvent struct {
-	// Seq numbers a VM's events from 1, in order.
-	Seq  uint64    `json:"seq"`
-	Time time.Time `json:"time"`
-	// Source is "agent" (POST /v1/vms/{id}/actions) or "human" (takeover).
-	Source string `json:"source"`
-	// Kind is the neutral action kind: click, type, key, move, drag, ...
-	Kind   string   `json:"kind"`
-	X      *int     `json:"x,omitempty"`
-	Y      *int     `json:"y,omitempty"`
-	FromX  *int     `json:"from_x,omitempty"`
-	FromY  *int     `json:"from_y,omitempty"`
-	Button string   `json:"button,omitempty"`
-	Count  int      `json:"count,omitempty"`
-	Keys   []string `json:"keys,omitempty"`
-	Text   string   `json:"text,omitempty"`
-	// Direction and Amount describe a scroll.
-	Direction string `json:"direction,omitempty"`
-	Amount    int    `json:"amount,omitempty"`
-}
+// ActivityEvent is a wire type (package api).
+type ActivityEvent = api.ActivityEvent
 
 // activityKeep is how many events the recorder keeps per VM.
 const activityKeep = 200

@@ -8,26 +8,15 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/deskfarm/deskfarm/api"
 )
 
-// CodeHumanControl is the error code of an agent action refused because a
-// person holds control of the VM (409).
-const CodeHumanControl = "human_control"
-
-// ControlResponse is the body of POST /v1/vms/{id}/control.
-type ControlResponse struct {
-	// ControlToken grants input: pass it as ?control_token= to the VNC
-	// websocket (GET /v1/vms/{id}/vnc). It is valid until DELETE
-	// /v1/vms/{id}/control.
-	ControlToken string    `json:"control_token"`
-	Since        time.Time `json:"since"`
-}
-
-// ControlStatus is the body of GET /v1/vms/{id}/control.
-type ControlStatus struct {
-	Human bool       `json:"human"`
-	Since *time.Time `json:"since,omitempty"`
-}
+// The control bodies are wire types (package api).
+type (
+	ControlResponse = api.ControlResponse
+	ControlStatus   = api.ControlStatus
+)
 
 // controls tracks which VMs a person has taken over. A VM has at most one
 // control token at a time.

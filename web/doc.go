@@ -7,8 +7,15 @@
 //
 //	{"error": {"code": "not_found", "message": "...", "field": "memory_mib"}}
 //
-// where code is stable per vmm sentinel error (see the Code constants) and
-// field, when present, names the JSON field or query parameter at fault.
+// where code is stable per sentinel error of vmm, pool and actions (the
+// Code constants of package api; the mapping is the sentinels table in
+// errors.go) and field, when present, names the JSON field or query
+// parameter at fault. The field comes from a typed error in the chain (an
+// InvalidField method), never from the error's text.
+//
+// The request and response bodies are the types of package api; convert.go
+// turns the server's own types (vmm.VM, pool.Episode, actions.Result) into
+// them, so clients need not link the server.
 //
 // Requests from loopback addresses need no token; every other request must
 // carry "Authorization: Bearer TOKEN" (see Options). A reverse proxy or tunnel

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,51 +19,6 @@ import (
 // Episodes (issue 5): an episode leases a VM of a pool; its actions,
 // screenshot, exec and files routes are the VM routes, reached through the
 // episode's id.
-
-// StartEpisodeRequest is the body of POST /v1/episodes.
-type StartEpisodeRequest struct {
-	// Pool names the pool; may be omitted when the farm has exactly one.
-	Pool string `json:"pool"`
-	// TTLS is the lease in seconds; 0 or absent means the pool's default_ttl_s.
-	TTLS float64 `json:"ttl_s,omitempty"`
-}
-
-// EpisodeResponse is an episode as the API shows it.
-type EpisodeResponse struct {
-	pool.Episode
-	// ViewerURL is the VM's live view in a browser.
-	ViewerURL string `json:"viewer_url"`
-}
-
-// EpisodeList is the body of GET /v1/episodes.
-type EpisodeList struct {
-	Episodes []EpisodeResponse `json:"episodes"`
-}
-
-// PoolList is the body of GET /v1/pools.
-type PoolList struct {
-	Pools []pool.PoolStatus `json:"pools"`
-}
-
-// Episode and pool error codes.
-const (
-	CodeUnknownPool     = "unknown_pool"      // 404, pool.ErrUnknownPool
-	CodeEpisodeNotFound = "episode_not_found" // 404, pool.ErrEpisodeNotFound
-	CodeEpisodeEnded    = "episode_ended"     // 410, pool.ErrEpisodeEnded
-	CodePoolFull        = "pool_full"         // 429, pool.ErrPoolFull: the pool holds its max VMs
-	CodeHostFull        = "host_full"         // 507, pool.ErrHostFull: host memory less the reserve is taken
-	CodeNoPools         = "no_pools"          // 501, the server has no pools
-)
-
-func init() {
-	sentinels = append([]sentinel{
-		{pool.ErrUnknownPool, http.StatusNotFound, CodeUnknownPool},
-		{pool.ErrEpisodeNotFound, http.StatusNotFound, CodeEpisodeNotFound},
-		{pool.ErrEpisodeEnded, http.StatusGone, CodeEpisodeEnded},
-		{pool.ErrPoolFull, http.StatusTooManyRequests, CodePoolFull},
-		{pool.ErrHostFull, http.StatusInsufficientStorage, CodeHostFull},
-	}, sentinels...)
-}
 
 // webMetrics are the API's latency histograms.
 type webMetrics struct {
@@ -129,22 +85,22 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) noPools() error {
-	return &httpError{status: http.StatusNotImplemented, code: CodeNoPools, msg: "this server has no pools (serve --pools FILE or --warm IMAGE)"}
+	return &httpError{status: http.StatusNotImplemented, code: api.CodeNoPools, msg: "this server has no pools (serve --pools FILE or --warm IMAGE)"}
 }
 
-func (s *server) episodeResponse(r *http.Request, ep pool.Episode) EpisodeResponse {
+func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return EpisodeResponse{Episode: ep, ViewerURL: fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM)}
+	return apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM))
 }
 
 func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()
 	}
-	var body StartEpisodeRequest
+	var body api.StartEpisodeRequest
 	if err := decodeJSON(w, r, &body, maxJSONBody); err != nil {
 		return err
 	}
@@ -172,7 +128,7 @@ func (s *server) listEpisodes(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()
 	}
-	out := EpisodeList{Episodes: []EpisodeResponse{}}
+	out := api.EpisodeList{Episodes: []api.Episode{}}
 	for _, ep := range s.pools.List() {
 		out.Episodes = append(out.Episodes, s.episodeResponse(r, ep))
 	}
@@ -212,7 +168,7 @@ func (s *server) listPools(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()
 	}
-	writeJSON(w, http.StatusOK, PoolList{Pools: s.pools.Pools()})
+	writeJSON(w, http.StatusOK, apiPools(s.pools.Pools()))
 	return nil
 }
 

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -29,7 +31,8 @@ func (e *FieldError) Unwrap() error {
 }
 
 // InvalidField names the field at fault. Any error in a chain with this
-// method (the vmm package may define one) fills ErrorBody.Field.
+// method fills ErrorBody.Field: web's FieldError, actions.FieldError, and
+// whatever typed field error vmm grows.
 func (e *FieldError) InvalidField() string { return e.Field }
 
 // fielder is an error that knows which request field is at fault.
@@ -42,19 +45,7 @@ func invalidf(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// fieldPattern finds the "field NAME: " that vmm.Manager puts in front of
-// its ErrInvalid errors (e.g. "create vm: field memory_mib: invalid request: ...").
-var fieldPattern = regexp.MustCompile(`(?:^|: )field ([a-z0-9_/]+): `)
-
-// fieldInText returns the field a vmm error message names, or "".
-func fieldInText(msg string) string {
-	if m := fieldPattern.FindStringSubmatch(msg); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-// httpError is a protocol-level error that no vmm sentinel covers.
+// httpError is a protocol-level error that no sentinel covers.
 type httpError struct {
 	status int
 	code   string
@@ -66,41 +57,57 @@ func (e *httpError) Error() string { return e.msg }
 
 func (e *httpError) InvalidField() string { return e.field }
 
-// sentinels maps vmm errors to statuses and codes. Order matters when an
-// error wraps several: the more specific comes first.
+// sentinel maps an error of another package to its API code.
 type sentinel struct {
-	err    error
-	status int
-	code   string
+	err  error
+	code string
 }
 
+// sentinels maps the errors of vmm, pool and actions to API codes; the
+// status is api.Status(code). Order matters when an error wraps several:
+// the more specific comes first (pool and action errors wrap vmm ones, and
+// actions' specific errors come before its generic ErrInvalid).
 var sentinels = []sentinel{
-	{vmm.ErrNotFound, http.StatusNotFound, CodeNotFound},
-	{vmm.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
-	{vmm.ErrUnknownImage, http.StatusBadRequest, CodeUnknownImage},
-	{vmm.ErrImageNotBuilt, http.StatusConflict, CodeImageNotBuilt},
-	{vmm.ErrBrokenImage, http.StatusInternalServerError, CodeBrokenImage},
-	{vmm.ErrTooLarge, http.StatusRequestEntityTooLarge, CodeTooLarge},
-	{vmm.ErrInsufficientResources, http.StatusInsufficientStorage, CodeInsufficientResources},
-	{vmm.ErrDead, http.StatusGone, CodeVMDead},
-	{vmm.ErrNotRunning, http.StatusConflict, CodeNotRunning},
-	{vmm.ErrTimeout, http.StatusGatewayTimeout, CodeTimeout},
-	{vmm.ErrAgent, http.StatusBadGateway, CodeAgentError},
-	{context.DeadlineExceeded, http.StatusGatewayTimeout, CodeTimeout},
-	{context.Canceled, statusClientClosed, CodeCanceled},
+	{pool.ErrUnknownPool, api.CodeUnknownPool},
+	{pool.ErrEpisodeNotFound, api.CodeEpisodeNotFound},
+	{pool.ErrEpisodeEnded, api.CodeEpisodeEnded},
+	{pool.ErrPoolFull, api.CodePoolFull},
+	{pool.ErrHostFull, api.CodeHostFull},
+
+	{actions.ErrUnsupportedAction, api.CodeUnsupportedAction},
+	{actions.ErrUnknownKey, api.CodeUnknownKey},
+	{actions.ErrUntypable, api.CodeUntypable},
+	{actions.ErrOutOfBounds, api.CodeOutOfBounds},
+	{actions.ErrUnsupportedButton, api.CodeUnsupportedButton},
+	{actions.ErrInvalid, api.CodeInvalidRequest},
+	{actions.ErrPointerUnknown, api.CodePointerUnknown},
+	{actions.ErrDisplay, api.CodeDisplayError},
+
+	{vmm.ErrNotFound, api.CodeNotFound},
+	{vmm.ErrInvalid, api.CodeInvalidRequest},
+	{vmm.ErrUnknownImage, api.CodeUnknownImage},
+	{vmm.ErrImageNotBuilt, api.CodeImageNotBuilt},
+	{vmm.ErrBrokenImage, api.CodeBrokenImage},
+	{vmm.ErrTooLarge, api.CodeTooLarge},
+	{vmm.ErrInsufficientResources, api.CodeInsufficientResources},
+	{vmm.ErrDead, api.CodeVMDead},
+	{vmm.ErrNotRunning, api.CodeNotRunning},
+	{vmm.ErrTimeout, api.CodeTimeout},
+	{vmm.ErrAgent, api.CodeAgentError},
+	{context.DeadlineExceeded, api.CodeTimeout},
+	{context.Canceled, api.CodeCanceled},
 }
 
 // statusClientClosed is nginx's status for a request whose client went
 // away; it only ever reaches the log.
-const statusClientClosed = 499
+const statusClientClosed = api.StatusClientClosed
 
-// classify turns an error into the status and body to send.
-func classify(err error) (int, ErrorBody) {
-	body := ErrorBody{Message: err.Error()}
+// classify turns an error into the status and body to send. The field
+// comes from a typed error in the chain (fielder), never from the text.
+func classify(err error) (int, api.ErrorBody) {
+	body := api.ErrorBody{Message: err.Error()}
 	if f, ok := errors.AsType[fielder](err); ok {
 		body.Field = f.InvalidField()
-	} else if errors.Is(err, vmm.ErrInvalid) {
-		body.Field = fieldInText(body.Message)
 	}
 	if he, ok := errors.AsType[*httpError](err); ok {
 		body.Code = he.code
@@ -109,9 +116,9 @@ func classify(err error) (int, ErrorBody) {
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
 			body.Code = s.code
-			return s.status, body
+			return api.Status(s.code), body
 		}
 	}
-	body.Code = CodeInternal
+	body.Code = api.CodeInternal
 	return http.StatusInternalServerError, body
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/deskfarm/deskfarm/desk"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,12 +154,12 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		allow := strings.Join(methods, ", ")
 		mux.Handle(path, s.wrap("", func(w http.ResponseWriter, r *http.Request) error {
 			w.Header().Set("Allow", allow)
-			return &httpError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+			return &httpError{status: http.StatusMethodNotAllowed, code: api.CodeMethodNotAllowed,
 				msg: fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow)}
 		}))
 	}
 	mux.Handle("/", s.wrap("", func(w http.ResponseWriter, r *http.Request) error {
-		return &httpError{status: http.StatusNotFound, code: CodeNotFound,
+		return &httpError{status: http.StatusNotFound, code: api.CodeNotFound,
 			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
 	}))
 	return s.logRequests(s.authenticate(mux))
@@ -177,31 +178,31 @@ func (s *server) wrap(op string, h apiHandler) http.Handler {
 }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, HealthResponse{Status: "ok"})
+	writeJSON(w, http.StatusOK, api.HealthResponse{Status: "ok"})
 	return nil
 }
 
 func (s *server) create(w http.ResponseWriter, r *http.Request) error {
-	var opts vmm.CreateOptions
+	var opts api.CreateOptions
 	if err := decodeJSON(w, r, &opts, maxJSONBody); err != nil {
 		return err
 	}
 	if err := validateCreate(opts); err != nil {
 		return err
 	}
-	vm, err := s.farm.Create(r.Context(), opts)
+	vm, err := s.farm.Create(r.Context(), vmmCreateOptions(opts))
 	if err != nil {
 		return err
 	}
 	noteVM(r, vm.ID)
 	w.Header().Set("Location", "/v1/vms/"+vm.ID)
-	writeJSON(w, http.StatusCreated, vm)
+	writeJSON(w, http.StatusCreated, apiVM(vm))
 	return nil
 }
 
 // validateCreate checks what can be checked without the host; the farm
 // checks the rest (image names, host CPUs and memory).
-func validateCreate(o vmm.CreateOptions) error {
+func validateCreate(o api.CreateOptions) error {
 	switch {
 	case o.Image == "":
 		return invalidf("image", "required")
@@ -223,10 +224,11 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if vms == nil {
-		vms = []vmm.VM{}
+	out := api.VMList{VMs: make([]api.VM, 0, len(vms))}
+	for _, vm := range vms {
+		out.VMs = append(out.VMs, apiVM(vm))
 	}
-	writeJSON(w, http.StatusOK, VMList{VMs: vms})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -235,7 +237,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, vm)
+	writeJSON(w, http.StatusOK, apiVM(vm))
 	return nil
 }
 
@@ -261,7 +263,7 @@ func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
 	if s.desks != nil {
 		s.desks.Reset(id)
 	}
-	writeJSON(w, http.StatusOK, ResetResponse{
+	writeJSON(w, http.StatusOK, api.ResetResponse{
 		ID:           id,
 		ResetSeconds: res.Duration.Seconds(),
 		ResetMS:      res.Duration.Milliseconds(),
@@ -271,7 +273,7 @@ func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 	id := vmID(r)
-	var body ExecRequest
+	var body api.ExecRequest
 	if err := decodeJSON(w, r, &body, maxExecBody); err != nil {
 		return err
 	}
@@ -283,7 +285,7 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := ExecResponse{ExitCode: res.ExitCode, Signal: res.Signal, Truncated: res.Truncated}
+	out := api.ExecResponse{ExitCode: res.ExitCode, Signal: res.Signal, Truncated: res.Truncated}
 	out.Stdout, out.StdoutB64 = textOrBase64(res.Stdout)
 	out.Stderr, out.StderrB64 = textOrBase64(res.Stderr)
 	writeJSON(w, http.StatusOK, out)
@@ -291,7 +293,7 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 }
 
 // execRequest validates an exec body and turns it into a vmm.ExecRequest.
-func execRequest(b ExecRequest) (vmm.ExecRequest, error) {
+func execRequest(b api.ExecRequest) (vmm.ExecRequest, error) {
 	var req vmm.ExecRequest
 	if len(b.Argv) == 0 || b.Argv[0] == "" {
 		return req, invalidf("argv", "must name a program: argv is empty")
@@ -327,8 +329,8 @@ func execRequest(b ExecRequest) (vmm.ExecRequest, error) {
 		return req, &FieldError{Field: field, Err: vmm.ErrTooLarge,
 			Msg: fmt.Sprintf("%d bytes of stdin exceed the limit of %d", len(req.Stdin), vmm.MaxFileSize)}
 	}
-	if b.TimeoutS < 0 || b.TimeoutS > MaxExecTimeout {
-		return req, invalidf("timeout_s", "must be in (0, %d] seconds, got %g", MaxExecTimeout, b.TimeoutS)
+	if b.TimeoutS < 0 || b.TimeoutS > api.MaxExecTimeout {
+		return req, invalidf("timeout_s", "must be in (0, %d] seconds, got %g", api.MaxExecTimeout, b.TimeoutS)
 	}
 	req.Argv = b.Argv
 	req.Env = b.Env
@@ -422,7 +424,7 @@ func tooLargeBody(n, limit int64) error {
 	if n >= 0 {
 		msg = fmt.Sprintf("request body of %d bytes exceeds the limit of %d", n, limit)
 	}
-	return &httpError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge, msg: msg}
+	return &httpError{status: http.StatusRequestEntityTooLarge, code: api.CodeTooLarge, msg: msg}
 }
 
 // decodeJSON reads one JSON object of at most limit bytes into v, refusing
@@ -499,7 +501,7 @@ func jsonType(t reflect.Type) string {
 }
 
 func badJSON(msg string) error {
-	return &httpError{status: http.StatusBadRequest, code: CodeBadJSON, msg: msg}
+	return &httpError{status: http.StatusBadRequest, code: api.CodeBadJSON, msg: msg}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -513,7 +515,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := classify(err)
 	if status == statusClientClosed && r.Context().Err() == nil {
 		// Canceled, but not by this client: the farm is going away.
-		status, body.Code = http.StatusInternalServerError, CodeInternal
+		status, body.Code = http.StatusInternalServerError, api.CodeInternal
 	}
 	if info := infoFrom(r); info != nil {
 		info.err = err
@@ -522,5 +524,5 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == statusClientClosed {
 		return // nobody to answer
 	}
-	writeJSON(w, status, ErrorResponse{Error: body})
+	writeJSON(w, status, api.ErrorResponse{Error: body})
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
@@ -189,16 +190,16 @@ func TestFarmFieldError(t *testing.T) {
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
 }
 
-// vmm.Manager names the field in its message: "field NAME: invalid request: ...".
-func TestFarmFieldInMessage(t *testing.T) {
+// The field comes from a typed error, never from the message text.
+func TestFarmFieldTyped(t *testing.T) {
 	h := newHarness(t, Options{})
-	h.farm.Err = fmt.Errorf("create vm: field vcpus: %w: 8 is outside 1..2 (the host's CPUs)", vmm.ErrInvalid)
+	h.farm.Err = fmt.Errorf("create vm: %w", fielderr.Newf("vcpus", vmm.ErrInvalid, "8 is outside 1..2"))
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
-	h.farm.Err = fmt.Errorf("create vm: field width/height: %w: 1x1 is outside 640x480..3840x2160", vmm.ErrInvalid)
-	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 400, CodeInvalidRequest, "width/height")
-	// Only invalid requests get a field.
-	h.farm.Err = fmt.Errorf("create vm: field vcpus: %w", vmm.ErrAgent)
-	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 502, CodeAgentError, "")
+	h.farm.Err = fmt.Errorf("create vm: %w", fielderr.Newf("memory_mib", vmm.ErrInsufficientResources, "too much"))
+	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 507, CodeInsufficientResources, "memory_mib")
+	// Text that looks like a field is just text.
+	h.farm.Err = fmt.Errorf("create vm: field vcpus: %w", vmm.ErrInvalid)
+	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny"}`), 400, CodeInvalidRequest, "")
 }
 
 func TestCreateValidation(t *testing.T) {

@@ -2,98 +2,69 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/deskfarm/deskfarm/images"
+	"github.com/spf13/cobra"
 )
 
-const imageUsage = `usage:
-  deskfarm image build [--force] [--cache DIR] NAME...   build images (cached unless --force)
-  deskfarm image ls [--cache DIR]                        list recipes and cached builds
-  deskfarm image prune [--cache DIR]                     remove builds of old recipe versions
+func imageCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build, list and prune guest images",
+		Long: fmt.Sprintf(`Build, list and prune guest images. Builds are cached by the hash of
+their recipe, so a build of an unchanged recipe is instant.
 
-images: %s
-cache:  %s (--cache)
-`
+images: %s`, strings.Join(images.Names(), ", ")),
+	}
+	var cache string
+	cmd.PersistentFlags().StringVar(&cache, "cache", images.DefaultCacheDir, "cache directory")
+	cmd.MarkPersistentFlagDirname("cache")
 
-// cmdImage implements "deskfarm image build|ls|prune".
-func cmdImage(args []string) error {
-	if len(args) == 0 {
-		fmt.Fprintf(os.Stderr, imageUsage, strings.Join(images.Names(), ", "), images.DefaultCacheDir)
-		return errors.New("missing subcommand (build, ls, prune)")
+	var force bool
+	build := &cobra.Command{
+		Use:       "build NAME...",
+		Short:     "Build images (cached unless --force)",
+		ValidArgs: images.Names(),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			return imageBuild(cmd.Context(), cmd.OutOrStdout(), cache, force, names)
+		},
 	}
-	var err error
-	switch args[0] {
-	case "build":
-		err = imageBuild(args[1:])
-	case "ls", "list":
-		err = imageList(args[1:])
-	case "prune":
-		err = imagePrune(args[1:])
-	case "help", "-h", "-help", "--help":
-		fmt.Fprintf(os.Stdout, imageUsage, strings.Join(images.Names(), ", "), images.DefaultCacheDir)
-		return nil
-	default:
-		return fmt.Errorf("unknown subcommand %q (want build, ls, prune)", args[0])
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the flag set printed the usage
-	}
-	return err
-}
+	build.Flags().BoolVar(&force, "force", false, "rebuild even if the current recipe is cached")
 
-// imageFlags is a flag set with the options every image subcommand has.
-func imageFlags(name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("deskfarm image "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), imageUsage, strings.Join(images.Names(), ", "), images.DefaultCacheDir)
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List recipes and cached builds",
+		Args:    nArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return imageList(cmd.OutOrStdout(), cmd.ErrOrStderr(), cache)
+		},
 	}
-	cache := fs.String("cache", images.DefaultCacheDir, "cache directory")
-	return fs, cache
-}
-
-// parseInterspersed parses fs allowing flags after positional arguments
-// ("build desktop --force") and returns the positional ones.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+	prune := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove builds of old recipe versions",
+		Args:  nArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return newImageStore(cache, cmd.OutOrStdout()).Prune()
+		},
 	}
+	cmd.AddCommand(build, ls, prune)
+	return cmd
 }
 
 func newImageStore(cache string, progress io.Writer) *images.Store {
 	return &images.Store{CacheDir: cache, Log: slog.Default(), Progress: progress}
 }
 
-func imageBuild(args []string) error {
-	fs, cache := imageFlags("build")
-	force := fs.Bool("force", false, "rebuild even if the current recipe is cached")
-	names, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
+func imageBuild(ctx context.Context, out io.Writer, cache string, force bool, names []string) error {
 	if len(names) == 0 {
-		return fmt.Errorf("build: name an image (%s)", strings.Join(images.Names(), ", "))
+		return fmt.Errorf("name an image (%s)", strings.Join(images.Names(), ", "))
 	}
 	known := map[string]bool{}
 	for _, n := range images.Names() {
@@ -101,33 +72,27 @@ func imageBuild(args []string) error {
 	}
 	for _, n := range names {
 		if !known[n] {
-			return fmt.Errorf("build: %w %q (known: %s)", images.ErrUnknownImage, n, strings.Join(images.Names(), ", "))
+			return fmt.Errorf("%w %q (known: %s)", images.ErrUnknownImage, n, strings.Join(images.Names(), ", "))
 		}
 	}
-	// Ctrl-C stops the build; the builder kills build.sh and cleans up.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	store := newImageStore(*cache, os.Stderr)
+	// Ctrl-C cancels ctx; the builder kills build.sh and cleans up.
+	store := newImageStore(cache, os.Stderr)
 	for _, n := range names {
-		img, err := store.Build(ctx, n, *force)
+		img, err := store.Build(ctx, n, force)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s\t%s\t%s\t%s\n", img.Name, img.Hash[:12], images.FormatSize(img.SizeBytes), img.Dir)
+		fmt.Fprintf(out, "%s\t%s\t%s\t%s\n", img.Name, img.Hash[:12], images.FormatSize(img.SizeBytes), img.Dir)
 	}
 	return nil
 }
 
-func imageList(args []string) error {
-	fs, cache := imageFlags("ls")
-	if _, err := parseInterspersed(fs, args); err != nil {
-		return err
-	}
-	rows, err := newImageStore(*cache, nil).List()
+func imageList(out, errOut io.Writer, cache string) error {
+	rows, err := newImageStore(cache, nil).List()
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHASH\tSTATUS\tSIZE\tPATH")
 	var details []string
 	for _, r := range rows {
@@ -150,15 +115,7 @@ func imageList(args []string) error {
 		return err
 	}
 	for _, d := range details {
-		fmt.Fprintln(os.Stderr, d)
+		fmt.Fprintln(errOut, d)
 	}
 	return nil
-}
-
-func imagePrune(args []string) error {
-	fs, cache := imageFlags("prune")
-	if _, err := parseInterspersed(fs, args); err != nil {
-		return err
-	}
-	return newImageStore(*cache, os.Stdout).Prune()
 }

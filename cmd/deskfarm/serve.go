@@ -5,22 +5,20 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/deskfarm/deskfarm/desk"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
+	"github.com/spf13/cobra"
 )
 
 // farmConfig is what serve hands to newFarm: the serve flags, validated.
@@ -99,54 +97,63 @@ func (c farmConfig) validate() error {
 // finds them again.
 var newFarm func(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, error)
 
-func cmdServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: deskfarm serve [flags]\n\nServe the HTTP API. Flags:\n")
-		fs.PrintDefaults()
-	}
+func serveCommand(stop func()) *cobra.Command {
 	var cfg farmConfig
-	fs.StringVar(&cfg.Listen, "listen", defaultListen, "`host:port` to serve the API on; beyond loopback, clients need the token")
-	fs.StringVar(&cfg.StateDir, "state-dir", defaultStateDir, "`dir` for VM overlays, sockets and logs")
-	fs.StringVar(&cfg.CacheDir, "cache-dir", defaultCacheDir, "`dir` of built guest images")
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API and the live viewers",
+		Long: `Serve the HTTP API (/v1), the dashboard and live viewers, and keep the
+pools' warm VMs booted. VMs keep running when serve stops; the next serve
+finds them again.`,
+		Example: `  deskfarm serve --listen 127.0.0.1:8080 --warm desktop
+  deskfarm serve --pools pools.yaml --pool desktop.min_warm=2`,
+		Args: nArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv("DESKFARM_TOKEN")
+			}
+			if err := cfg.validate(); err != nil {
+				return err
+			}
+			if newFarm == nil {
+				return errors.New("this build has no VM backend (newFarm is unset)")
+			}
+			// Listen before building the farm, so a busy port fails fast.
+			ln, err := net.Listen("tcp", cfg.Listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+			}
+			return runServe(cmd.Context(), stop, cfg, ln, cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&cfg.Listen, "listen", defaultListen, "host:port to serve the API on; beyond loopback, clients need the token")
+	fs.StringVar(&cfg.StateDir, "state-dir", defaultStateDir, "dir for VM overlays, sockets and logs")
+	fs.StringVar(&cfg.CacheDir, "cache-dir", defaultCacheDir, "dir of built guest images")
 	fs.StringVar(&cfg.Accel, "accel", defaultAccel, "accelerator: auto, kvm or tcg")
-	fs.StringVar(&cfg.LibvirtSocket, "libvirt-socket", defaultLibvirtSocket, "libvirtd's unix `socket`")
+	fs.StringVar(&cfg.LibvirtSocket, "libvirt-socket", defaultLibvirtSocket, "libvirtd's unix socket")
 	// No default shown: it would print $DESKFARM_TOKEN in --help.
-	fs.StringVar(&cfg.Token, "token", "", "API `token` for non-loopback clients (default $DESKFARM_TOKEN; generated when --listen is not loopback)")
-	fs.StringVar(&cfg.NoVNCDir, "novnc-dir", "", "`dir` of the noVNC npm package, for taking over VMs in the browser (default $DESKFARM_NOVNC_DIR, else "+web.DefaultNoVNCDir+")")
-	fs.StringVar(&cfg.Warm, "warm", "", "`image` of which to keep one ready VM (created in the background at start)")
-	fs.StringVar(&cfg.Pools, "pools", "", "pool config `file` (YAML); default: one pool \"desktop\" of the --warm image")
-	fs.Func("pool", "override a pool setting, `POOL.FIELD=VALUE` (e.g. desktop.min_warm=2); repeatable", func(v string) error {
-		cfg.PoolOverrides = append(cfg.PoolOverrides, v)
-		return nil
-	})
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if cfg.Token == "" {
-		cfg.Token = os.Getenv("DESKFARM_TOKEN")
-	}
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	if newFarm == nil {
-		return errors.New("this build has no VM backend (newFarm is unset)")
-	}
+	fs.StringVar(&cfg.Token, "token", "", "API token for non-loopback clients (default $DESKFARM_TOKEN; generated when --listen is not loopback)")
+	fs.StringVar(&cfg.NoVNCDir, "novnc-dir", "", "dir of the noVNC npm package, for taking over VMs in the browser (default $DESKFARM_NOVNC_DIR, else "+web.DefaultNoVNCDir+")")
+	fs.StringVar(&cfg.Warm, "warm", "", "image of which to keep one ready VM (created in the background at start)")
+	fs.StringVar(&cfg.Pools, "pools", "", "pool config file (YAML); default: one pool \"desktop\" of the --warm image")
+	fs.StringArrayVar(&cfg.PoolOverrides, "pool", nil, "override a pool setting, POOL.FIELD=VALUE (e.g. desktop.min_warm=2); repeatable")
+	cmd.MarkFlagFilename("pools", "yaml", "yml")
+	cmd.MarkFlagDirname("novnc-dir")
+	cmd.MarkFlagDirname("state-dir")
+	cmd.MarkFlagDirname("cache-dir")
+	cmd.RegisterFlagCompletionFunc("accel", cobra.FixedCompletions([]cobra.Completion{"auto", "kvm", "tcg"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// Listen before building the farm, so a busy port fails fast.
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+// nArgs accepts exactly n positional arguments.
+func nArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("unexpected arguments %q (see %s --help)", args, cmd.CommandPath())
+		}
+		return nil
 	}
-	return runServe(ctx, stop, cfg, ln, os.Stdout)
 }
 
 // runServe serves the API on ln until ctx is done, then shuts down: it

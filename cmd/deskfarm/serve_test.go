@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/internal/farmtest"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -57,7 +60,7 @@ func waitFor(t *testing.T, out *syncBuffer, want string) {
 // Serve answers, then on cancel shuts down, closes the farm once, and
 // leaves the VMs alone.
 func TestServeShutdown(t *testing.T) {
-	farm := newMemFarm()
+	farm := farmtest.NewFarm()
 	farm.Create(context.Background(), vmm.CreateOptions{Image: "tiny"})
 	closed := 0
 	cfg := withFarm(t, farm, &closed)
@@ -97,7 +100,7 @@ func TestServeShutdown(t *testing.T) {
 	if closed != 1 || !stopped {
 		t.Errorf("farm closed %d times, stop called %v", closed, stopped)
 	}
-	if farm.destroyed != 0 || len(farm.vms) != 1 {
+	if farm.Destroyed != 0 || farm.Count() != 1 {
 		t.Errorf("shutdown destroyed VMs")
 	}
 	if cfg.Token != "" {
@@ -112,7 +115,7 @@ func TestServeShutdown(t *testing.T) {
 // hands it to the farm config.
 func TestServeGeneratesToken(t *testing.T) {
 	closed := 0
-	cfg := withFarm(t, newMemFarm(), &closed)
+	cfg := withFarm(t, farmtest.NewFarm(), &closed)
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Skipf("cannot listen on 0.0.0.0: %v", err)
@@ -133,13 +136,30 @@ func TestServeFlags(t *testing.T) {
 	saved := newFarm
 	t.Cleanup(func() { newFarm = saved })
 	newFarm = nil
-	if err := cmdServe([]string{"--accel", "hvf"}); err == nil || !strings.Contains(err.Error(), "auto, kvm or tcg") {
+	if _, err := run(t, "serve", "--accel", "hvf"); err == nil || !strings.Contains(err.Error(), "auto, kvm or tcg") {
 		t.Errorf("bad accel: %v", err)
 	}
-	if err := cmdServe([]string{"extra"}); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
+	if _, err := run(t, "serve", "extra"); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
 		t.Errorf("extra args: %v", err)
 	}
-	if err := cmdServe([]string{"--listen", "127.0.0.1:0"}); err == nil || !strings.Contains(err.Error(), "no VM backend") {
+	if _, err := run(t, "serve", "--listen", "127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "no VM backend") {
 		t.Errorf("no backend: %v", err)
+	}
+	// The README's and Makefile's flags parse, and reach the farm config.
+	var got farmConfig
+	newFarm = func(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, error) {
+		got = cfg
+		return nil, nil, errors.New("stop here")
+	}
+	_, err := run(t, "serve", "--listen", "127.0.0.1:0", "--warm", "desktop", "--pools", "p.yaml", "--novnc-dir", "/nv",
+		"--token", "tok", "--pool", "desktop.min_warm=2", "--pool", "desktop.max=3", "--accel", "tcg")
+	if err == nil || !strings.Contains(err.Error(), "stop here") {
+		t.Fatalf("serve: %v", err)
+	}
+	want := farmConfig{Listen: "127.0.0.1:0", StateDir: defaultStateDir, CacheDir: defaultCacheDir, Accel: "tcg",
+		LibvirtSocket: defaultLibvirtSocket, Token: "tok", NoVNCDir: "/nv", Warm: "desktop", Pools: "p.yaml",
+		PoolOverrides: []string{"desktop.min_warm=2", "desktop.max=3"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("farm config\n got %+v\nwant %+v", got, want)
 	}
 }

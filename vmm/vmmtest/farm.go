@@ -6,9 +6,11 @@
 package vmmtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -31,6 +33,8 @@ type Farm struct {
 	Err error
 	// BootTime is how long Create takes (it honours ctx meanwhile).
 	BootTime time.Duration
+	// BootSeconds is what VM.BootSeconds reports; default BootTime.
+	BootSeconds float64
 	// ResetTime is the Duration a reset reports.
 	ResetTime time.Duration
 	// CreateHook runs at the start of Create; an error fails the create.
@@ -39,11 +43,17 @@ type Farm struct {
 	ExecFn func(vmm.ExecRequest) (vmm.ExecResult, error)
 	// FailReset fails the next reset of a VM with the error, once.
 	FailReset map[string]error
+	// Images, when set, are the only image names Create accepts.
+	Images []string
+	// IDFormat formats the n-th VM's id; default "vm%d".
+	IDFormat string
 
 	// LastExec is the last request Exec received.
 	LastExec vmm.ExecRequest
 	// Resets counts successful resets.
 	Resets int
+	// Destroyed counts destroyed VMs.
+	Destroyed int
 }
 
 var _ vmm.Farm = (*Farm)(nil)
@@ -94,6 +104,10 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 	if err := vmm.ValidateLabels(o.Labels); err != nil {
 		return vmm.VM{}, err
 	}
+	if len(f.Images) > 0 && !slices.Contains(f.Images, o.Image) {
+		return vmm.VM{}, &fielderr.Error{Field: "image", Msg: fmt.Sprintf("image %q is not one of %v", o.Image, f.Images),
+			Errs: []error{vmm.ErrUnknownImage}}
+	}
 	if f.CreateHook != nil {
 		if err := f.CreateHook(ctx, o); err != nil {
 			return vmm.VM{}, err
@@ -105,9 +119,13 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 		return vmm.VM{}, f.Err
 	}
 	f.nextID++
-	v := &vmm.VM{ID: fmt.Sprintf("vm%d", f.nextID), Image: o.Image, State: vmm.StateCreating,
-		MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, Width: o.Width, Height: o.Height, Accel: "tcg",
-		CreatedAt: time.Now(), Start: vmm.StartBoot, Labels: maps.Clone(o.Labels)}
+	idf := f.IDFormat
+	if idf == "" {
+		idf = "vm%d"
+	}
+	v := &vmm.VM{ID: fmt.Sprintf(idf, f.nextID), Image: o.Image, State: vmm.StateCreating,
+		MemoryMiB: cmp.Or(o.MemoryMiB, vmm.DefaultMemoryMiB), VCPUs: cmp.Or(o.VCPUs, vmm.DefaultVCPUs), Width: o.Width, Height: o.Height, Accel: "tcg",
+		CreatedAt: time.Now().Add(time.Duration(f.nextID) * time.Microsecond), Start: vmm.StartBoot, Labels: maps.Clone(o.Labels)}
 	if v.Width == 0 {
 		v.Width, v.Height = vmm.DefaultWidth, vmm.DefaultHeight
 	}
@@ -132,7 +150,7 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 		return vmm.VM{}, fmt.Errorf("create vm %s: destroyed while booting: %w", v.ID, vmm.ErrNotFound)
 	}
 	v.State = vmm.StateReady
-	v.BootSeconds = boot.Seconds()
+	v.BootSeconds = cmp.Or(f.BootSeconds, boot.Seconds())
 	f.publish(vmm.EventReady, v, "")
 	return *v, nil
 }
@@ -176,6 +194,7 @@ func (f *Farm) Destroy(_ context.Context, id string) error {
 		return err
 	}
 	delete(f.vms, id)
+	f.Destroyed++
 	f.publish(vmm.EventDestroyed, v, "destroyed")
 	return nil
 }
@@ -303,4 +322,10 @@ func (f *Farm) File(id, path string) ([]byte, bool) {
 	defer f.mu.Unlock()
 	b, ok := f.files[id+":"+path]
 	return b, ok
+}
+
+// FileOrNil returns a file WriteFile stored, or nil.
+func (f *Farm) FileOrNil(id, path string) []byte {
+	b, _ := f.File(id, path)
+	return b
 }

@@ -1,194 +1,70 @@
-package main
+package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/internal/farmtest"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 	"github.com/deskfarm/deskfarm/web"
+	"github.com/spf13/cobra"
 )
 
-// memFarm is an in-memory vmm.Farm for round-trip tests of the CLI and
-// client through the real HTTP handler. It boots nothing.
-type memFarm struct {
-	mu        sync.Mutex
-	vms       map[string]vmm.VM
-	files     map[string][]byte
-	modes     map[string]uint32
-	n         int
-	destroyed int
-}
-
-var _ vmm.Farm = (*memFarm)(nil)
-
-func newMemFarm() *memFarm {
-	return &memFarm{vms: map[string]vmm.VM{}, files: map[string][]byte{}, modes: map[string]uint32{}}
-}
-
-func (f *memFarm) lookup(id string) error {
-	if _, ok := f.vms[id]; !ok {
-		return fmt.Errorf("vm %s: %w", id, vmm.ErrNotFound)
-	}
-	return nil
-}
-
-func (f *memFarm) Create(_ context.Context, o vmm.CreateOptions) (vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if o.Image != "desktop" && o.Image != "tiny" {
-		return vmm.VM{}, fmt.Errorf("create vm: image %q: %w", o.Image, vmm.ErrUnknownImage)
-	}
-	f.n++
-	vm := vmm.VM{ID: fmt.Sprintf("v%02d", f.n), Image: o.Image, State: vmm.StateReady, Accel: "tcg",
-		MemoryMiB: cmp(o.MemoryMiB, vmm.DefaultMemoryMiB), VCPUs: cmp(o.VCPUs, vmm.DefaultVCPUs),
-		Width: cmp(o.Width, vmm.DefaultWidth), Height: cmp(o.Height, vmm.DefaultHeight),
-		CreatedAt: time.Now().Add(time.Duration(f.n) * time.Millisecond), BootSeconds: 34.2}
-	f.vms[vm.ID] = vm
-	return vm, nil
-}
-
-func cmp(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
-func (f *memFarm) List(context.Context) ([]vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var vms []vmm.VM
-	for _, vm := range f.vms {
-		vms = append(vms, vm)
-	}
-	return vms, nil
-}
-
-func (f *memFarm) Get(_ context.Context, id string) (vmm.VM, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.vms[id], f.lookup(id)
-}
-
-func (f *memFarm) Destroy(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.lookup(id); err != nil {
-		return err
-	}
-	delete(f.vms, id)
-	f.destroyed++
-	return nil
-}
-
-func (f *memFarm) Reset(_ context.Context, id string) (vmm.ResetResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return vmm.ResetResult{Duration: 310 * time.Millisecond}, f.lookup(id)
-}
-
-// Exec understands three programs: cat (stdin to stdout), env, and fail
-// (writes its args to stderr and exits 7).
-func (f *memFarm) Exec(_ context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.lookup(id); err != nil {
-		return vmm.ExecResult{}, err
-	}
-	switch req.Argv[0] {
-	case "cat":
-		return vmm.ExecResult{Stdout: req.Stdin}, nil
-	case "env":
-		return vmm.ExecResult{Stdout: []byte(strings.Join(req.Env, "\n"))}, nil
-	case "fail":
-		return vmm.ExecResult{ExitCode: 7, Stderr: []byte(strings.Join(req.Argv[1:], " "))}, nil
-	case "timeout":
-		return vmm.ExecResult{}, fmt.Errorf("exec in vm %s: after %s: %w", id, req.Timeout, vmm.ErrTimeout)
-	}
-	return vmm.ExecResult{ExitCode: 127}, nil
-}
-
-func (f *memFarm) ReadFile(_ context.Context, id, path string) ([]byte, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.lookup(id); err != nil {
-		return nil, err
-	}
-	data, ok := f.files[id+path]
-	if !ok {
-		return nil, fmt.Errorf("read %s in vm %s: no such file: %w", path, id, vmm.ErrAgent)
-	}
-	return data, nil
-}
-
-func (f *memFarm) WriteFile(_ context.Context, id, path string, data []byte, mode uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.lookup(id); err != nil {
-		return err
-	}
-	f.files[id+path], f.modes[id+path] = data, mode
-	return nil
-}
-
-// cli runs deskfarm vm commands against an httptest server on a memFarm.
+// cli runs deskfarm client commands against an httptest server of the
+// real API over farmtest's in-memory farm.
 type cli struct {
 	t    *testing.T
-	farm *memFarm
-	srv  *httptest.Server
+	farm *vmmtest.Farm
 	env  map[string]string
 }
 
 func newCLI(t *testing.T, opts web.Options) *cli {
 	t.Helper()
-	farm := newMemFarm()
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(web.NewServer(farm, opts))
-	t.Cleanup(srv.Close)
-	return &cli{t: t, farm: farm, srv: srv, env: map[string]string{"DESKFARM_SERVER": srv.URL}}
+	srv, farm := farmtest.Serve(t, opts)
+	return &cli{t: t, farm: farm, env: map[string]string{"DESKFARM_SERVER": srv.URL}}
 }
 
 type result struct {
 	stdout, stderr string
-	exit           int // -1 when the command did not call exit
+	exit           int // -1 when the command did not call Exit
 	err            error
 }
 
-// run runs "deskfarm vm ARGS..." with stdin (nil: a terminal).
+// run runs "deskfarm ARGS..." with stdin (nil: a terminal). Commands
+// without a group ("create", "ls", ...) are vm's, as in the tests of the
+// flag-based CLI this replaced.
 func (c *cli) run(stdin []byte, args ...string) result {
 	c.t.Helper()
 	var out, errb bytes.Buffer
 	res := result{exit: -1}
-	saved := vmio
-	t := c.t
-	t.Cleanup(func() { vmio = saved })
-	vmio = vmIO{
-		stdin:  bytes.NewReader(stdin),
-		stdout: &out,
-		stderr: &errb,
-		interactive: func(f any) bool {
-			return f == vmio.stdin && stdin == nil
-		},
-		exit:   func(code int) { res.exit = code },
-		getenv: func(k string) string { return c.env[k] },
+	in := bytes.NewReader(stdin)
+	env := &Env{
+		Stdin:       in,
+		Stdout:      &out,
+		Stderr:      &errb,
+		Interactive: func(f any) bool { return f == any(in) && stdin == nil },
+		Exit:        func(code int) { res.exit = code },
+		Getenv:      func(k string) string { return c.env[k] },
 	}
-	res.err = cmdVM(args)
-	vmio = saved
+	root := &cobra.Command{Use: "deskfarm", SilenceErrors: true, SilenceUsage: true}
+	AddCommands(root, env)
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	switch args[0] {
+	case "vm", "episode", "act", "screenshot", "completion", "help", "--help":
+	default:
+		args = append([]string{"vm"}, args...)
+	}
+	root.SetArgs(args)
+	res.err = root.Execute()
 	res.stdout, res.stderr = out.String(), errb.String()
 	return res
 }
@@ -197,7 +73,7 @@ func (c *cli) mustRun(stdin []byte, args ...string) result {
 	c.t.Helper()
 	res := c.run(stdin, args...)
 	if res.err != nil {
-		c.t.Fatalf("deskfarm vm %s: %v\nstderr: %s", strings.Join(args, " "), res.err, res.stderr)
+		c.t.Fatalf("deskfarm %s: %v\nstderr: %s", strings.Join(args, " "), res.err, res.stderr)
 	}
 	return res
 }
@@ -216,7 +92,7 @@ func TestCLICreateListRemove(t *testing.T) {
 	}
 
 	res = c.mustRun(nil, "create", "--json", "--width", "1024", "--height", "768")
-	var vm vmm.VM
+	var vm api.VM
 	if err := json.Unmarshal([]byte(res.stdout), &vm); err != nil || vm.ID != "v02" || vm.Image != "desktop" || vm.Width != 1024 {
 		t.Errorf("create --json printed %q (%v)", res.stdout, err)
 	}
@@ -225,7 +101,7 @@ func TestCLICreateListRemove(t *testing.T) {
 		t.Errorf("ls -q printed %q", res.stdout)
 	}
 	res = c.mustRun(nil, "ls", "--json")
-	var list web.VMList
+	var list api.VMList
 	if err := json.Unmarshal([]byte(res.stdout), &list); err != nil || len(list.VMs) != 2 {
 		t.Errorf("ls --json printed %q (%v)", res.stdout, err)
 	}
@@ -283,7 +159,7 @@ func TestCLIReset(t *testing.T) {
 		t.Errorf("reset printed %q", res.stdout)
 	}
 	res := c.mustRun(nil, "reset", "v01", "--json")
-	var rr web.ResetResponse
+	var rr api.ResetResponse
 	if err := json.Unmarshal([]byte(res.stdout), &rr); err != nil || rr.ResetMS != 310 {
 		t.Errorf("reset --json printed %q", res.stdout)
 	}
@@ -346,18 +222,18 @@ func TestCLIFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.mustRun(nil, "put", "v01", script, "/usr/local/bin/run.sh")
-	if got := c.farm.files["v01/usr/local/bin/run.sh"]; !bytes.Equal(got, data) {
+	if got := c.farm.FileOrNil("v01", "/usr/local/bin/run.sh"); !bytes.Equal(got, data) {
 		t.Errorf("guest file = %q", got)
 	}
-	if mode := c.farm.modes["v01/usr/local/bin/run.sh"]; mode != 0o750 {
+	if mode := c.farm.FileMode("v01", "/usr/local/bin/run.sh"); mode != 0o750 {
 		t.Errorf("mode = %#o, want the local file's 0750", mode)
 	}
 	c.mustRun([]byte("from stdin"), "put", "--mode", "0600", "v01", "-", "/etc/x")
-	if got, mode := c.farm.files["v01/etc/x"], c.farm.modes["v01/etc/x"]; string(got) != "from stdin" || mode != 0o600 {
+	if got, mode := c.farm.FileOrNil("v01", "/etc/x"), c.farm.FileMode("v01", "/etc/x"); string(got) != "from stdin" || mode != 0o600 {
 		t.Errorf("guest /etc/x = %q mode %#o", got, mode)
 	}
 	c.mustRun(nil, "put", "v01", "-", "/empty")
-	if got, ok := c.farm.files["v01/empty"]; !ok || len(got) != 0 {
+	if got, ok := c.farm.File("v01", "/empty"); !ok || len(got) != 0 {
 		t.Errorf("empty upload = %q, %v", got, ok)
 	}
 
@@ -394,20 +270,12 @@ func TestCLIFileTooLarge(t *testing.T) {
 	if err := os.WriteFile(big, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(big, vmm.MaxFileSize+1); err != nil {
+	if err := os.Truncate(big, api.MaxFileSize+1); err != nil {
 		t.Fatal(err)
 	}
 	res := c.run(nil, "put", "v01", big, "/big")
 	if res.err == nil || !strings.Contains(res.err.Error(), "exceed the limit") {
 		t.Errorf("put of a too-large file: %v", res.err)
-	}
-	// The server enforces it too, for clients that do not check.
-	cl, _ := newAPIClient(c.srv.URL, "")
-	f, _ := os.Open(big)
-	defer f.Close()
-	err := cl.writeFile(context.Background(), "v01", "/big", f, -1, 0o644)
-	if ae, ok := err.(*apiError); !ok || ae.Code != web.CodeTooLarge || ae.Status != 413 {
-		t.Errorf("chunked upload of a too-large file: %v", err)
 	}
 }
 
@@ -422,66 +290,121 @@ func TestCLIToken(t *testing.T) {
 	c.mustRun(nil, "ls")
 }
 
-// A proxy's non-JSON error still reads as an error with the status.
-func TestClientNonJSONError(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "upstream unavailable", http.StatusBadGateway)
-	}))
-	defer srv.Close()
-	cl, err := newAPIClient(srv.URL+"/", "")
-	if err != nil {
-		t.Fatal(err)
+// Flags may come before, between or after the positional arguments, and
+// "--" ends them.
+func TestCLIFlagPositions(t *testing.T) {
+	c := newCLI(t, web.Options{})
+	c.mustRun(nil, "create")
+	c.mustRun([]byte("data"), "put", "v01", "-", "/f")
+	dir := t.TempDir()
+	for i, args := range [][]string{
+		{"get", "v01", "/f", "-o", "OUT"},
+		{"get", "-o", "OUT", "v01", "/f"},
+		{"get", "v01", "-o", "OUT", "/f"},
+		{"get", "v01", "--output=OUT", "/f"},
+	} {
+		out := filepath.Join(dir, strings.Repeat("x", i+1))
+		for j := range args {
+			args[j] = strings.ReplaceAll(args[j], "OUT", out)
+		}
+		c.mustRun(nil, args...)
+		if got, err := os.ReadFile(out); err != nil || string(got) != "data" {
+			t.Errorf("deskfarm vm %q wrote %q, %v", args, got, err)
+		}
 	}
-	_, err = cl.listVMs(context.Background())
-	ae, ok := err.(*apiError)
-	if !ok || ae.Status != 502 || ae.Code != "http_502" || ae.Message != "upstream unavailable" {
-		t.Errorf("err = %#v", err)
+	// After "--", "-o" is a path (which the server refuses, naming it).
+	if res := c.run(nil, "get", "v01", "--", "-o"); res.err == nil || !strings.Contains(res.err.Error(), `path: "-o" is not absolute`) {
+		t.Errorf("get v01 -- -o: %v", res.err)
 	}
-}
-
-// IDs are escaped into the path.
-func TestClientEscapesIDs(t *testing.T) {
-	var got string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = r.URL.EscapedPath()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer srv.Close()
-	cl, _ := newAPIClient(srv.URL, "")
-	if err := cl.deleteVM(context.Background(), "a/b c"); err != nil {
-		t.Fatal(err)
-	}
-	if got != "/v1/vms/a%2Fb%20c" {
-		t.Errorf("path = %q", got)
+	if res := c.run(nil, "ls", "--bogus"); res.err == nil || !strings.Contains(res.err.Error(), "unknown flag: --bogus") {
+		t.Errorf("unknown flag: %v", res.err)
 	}
 }
 
-func TestParseInterspersed(t *testing.T) {
+// Arguments the CLI can check itself are refused before any request,
+// with what was wanted.
+func TestCLIArgErrors(t *testing.T) {
+	c := newCLI(t, web.Options{})
 	tests := []struct {
 		args []string
-		pos  []string
-		o    string
+		want string
 	}{
-		{[]string{"ID", "PATH", "-o", "F"}, []string{"ID", "PATH"}, "F"},
-		{[]string{"-o", "F", "ID", "PATH"}, []string{"ID", "PATH"}, "F"},
-		{[]string{"ID", "-o", "F", "PATH"}, []string{"ID", "PATH"}, "F"},
-		{[]string{"ID", "--", "-o", "F"}, []string{"ID", "-o", "F"}, ""},
-		{[]string{"ID", "-", "PATH"}, []string{"ID", "-", "PATH"}, ""},
+		{[]string{"rm"}, "want one or more VM IDs"},
+		{[]string{"reset", "a", "b"}, "want a VM ID"},
+		{[]string{"put", "v01", "-"}, "want ID LOCAL PATH"},
+		{[]string{"create", "extra"}, "want no arguments"},
+		{[]string{"put", "--mode", "999", "v01", "-", "/x"}, "--mode"},
+		{[]string{"episode", "end"}, "want one or more episode IDs"},
+		{[]string{"episode", "start", "--ttl", "x"}, "invalid argument"},
+		{[]string{"act", "v01"}, "want VM JSON"},
+		{[]string{"act", "v01", "{"}, "JSON argument"},
+		{[]string{"act", "v01", `{"x":1}`}, "JSON must be"},
+		{[]string{"screenshot"}, "want a VM ID"},
+		{[]string{"exec", "--timeout", "soon", "v01", "--", "ls"}, "want seconds"},
 	}
 	for _, tt := range tests {
-		f := newVMFlags("get")
-		o := f.String("o", "", "")
-		pos, err := f.parse(tt.args, 0, -1)
-		if err != nil || !slices.Equal(pos, tt.pos) || *o != tt.o {
-			t.Errorf("parse(%q) = %q, -o %q, %v; want %q, -o %q", tt.args, pos, *o, err, tt.pos, tt.o)
+		res := c.run([]byte{}, tt.args...)
+		if res.err == nil || !strings.Contains(res.err.Error(), tt.want) {
+			t.Errorf("deskfarm %q: err %v, want it to say %q", tt.args, res.err, tt.want)
 		}
 	}
 }
 
-func (f *memFarm) Subscribe(ctx context.Context) <-chan vmm.Event {
-	ch := make(chan vmm.Event)
-	go func() { <-ctx.Done(); close(ch) }()
-	return ch
+// The server's answer reaches the user with its code and field.
+func TestCLIEpisodesWithoutPools(t *testing.T) {
+	c := newCLI(t, web.Options{})
+	res := c.run(nil, "episode", "start", "--pool", "desktop")
+	if res.err == nil || !strings.Contains(res.err.Error(), "start episode") || !strings.Contains(res.err.Error(), "no_pools, HTTP 501") {
+		t.Errorf("episode start: %v", res.err)
+	}
+	res = c.run(nil, "screenshot", "v01", "-o", filepath.Join(t.TempDir(), "s.png"))
+	if res.err == nil || !strings.Contains(res.err.Error(), "no_display") {
+		t.Errorf("screenshot: %v", res.err)
+	}
 }
 
-func (f *memFarm) SetLabel(context.Context, string, string, string) error { return nil }
+func TestActBody(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"action":"left_click","coordinate":[1,2]}`, `{"input":{"action":"left_click","coordinate":[1,2]},"tool":"computer_20251124"}`},
+		{`{"tool":"computer_20250124","input":{"action":"screenshot"}}`, `{"tool":"computer_20250124","input":{"action":"screenshot"}}`},
+		{`{"kind":"click","x":1,"y":2}`, `{"action":{"kind":"click","x":1,"y":2}}`},
+		{`[{"kind":"screenshot"}]`, `{"actions":[{"kind":"screenshot"}]}`},
+		{`{"action":{"kind":"screenshot"}}`, `{"action":{"kind":"screenshot"}}`},
+	}
+	for _, tt := range tests {
+		got, err := actBody(tt.in, "computer_20251124")
+		if err != nil || string(got) != tt.want {
+			t.Errorf("actBody(%s) = %s, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+// The client commands do not link the server: that is what lets the CLI,
+// package client and users share the wire types without pulling in the
+// farm (issue 8).
+func TestNoServerDependencies(t *testing.T) {
+	gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		if gobin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to list dependencies with")
+		}
+	}
+	for _, pkg := range []string{".", "../../client", "../../api"} {
+		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, banned := range []string{
+				"github.com/deskfarm/deskfarm/pool", "github.com/deskfarm/deskfarm/vnc",
+				"github.com/deskfarm/deskfarm/vmm", "github.com/deskfarm/deskfarm/desk",
+				"github.com/deskfarm/deskfarm/web", "github.com/deskfarm/deskfarm/actions",
+				"github.com/prometheus/",
+			} {
+				if dep == banned || strings.HasPrefix(dep, banned+"/") || strings.HasPrefix(dep, banned) && strings.HasSuffix(banned, "/") {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package api
+
+import "time"
+
+// StartEpisodeRequest is the body of POST /v1/episodes.
+type StartEpisodeRequest struct {
+	// Pool names the pool; may be omitted when the farm has exactly one.
+	Pool string `json:"pool"`
+	// TTLS is the lease in seconds; 0 or absent means the pool's default_ttl_s.
+	TTLS float64 `json:"ttl_s,omitempty"`
+}
+
+// Episode states.
+const (
+	EpisodeActive = "active" // the VM is the episode's
+	EpisodeEnding = "ending" // the VM is being reset or destroyed
+	EpisodeEnded  = "ended"
+)
+
+// Episode is an episode as the API shows it: the body of POST
+// /v1/episodes, GET and DELETE /v1/episodes/{id}.
+type Episode struct {
+	ID    string `json:"id"`
+	VM    string `json:"vm"`
+	Pool  string `json:"pool"`
+	State string `json:"state"` // one of the Episode state constants
+	// Warm is true when a warm VM served the start; false when one was
+	// booted for it (BootSeconds says how long that took).
+	Warm        bool      `json:"warm"`
+	BootSeconds float64   `json:"boot_seconds,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	TTLSeconds  float64   `json:"ttl_s"`
+	// ScreenshotSize is the pool's default for what the agent sees.
+	ScreenshotSize string `json:"screenshot_size"`
+	// Set once ended.
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	EndReason    string     `json:"end_reason,omitempty"`
+	ResetSeconds float64    `json:"reset_seconds,omitempty"`
+	// VMReplaced is true when the VM could not be reset and was destroyed;
+	// the pool boots a replacement.
+	VMReplaced bool `json:"vm_replaced,omitempty"`
+	// ViewerURL is the VM's live view in a browser.
+	ViewerURL string `json:"viewer_url"`
+}
+
+// EpisodeList is the body of GET /v1/episodes.
+type EpisodeList struct {
+	Episodes []Episode `json:"episodes"`
+}
+
+// Pool is one pool's config and current sizes, as GET /v1/pools lists it.
+type Pool struct {
+	Name           string  `json:"name"`
+	Image          string  `json:"image"`
+	MemoryMiB      int     `json:"memory_mib"`
+	VCPUs          int     `json:"vcpus"`
+	Width          int     `json:"width"`
+	Height         int     `json:"height"`
+	MinWarm        int     `json:"min_warm"`
+	Max            int     `json:"max"`
+	ScreenshotSize string  `json:"screenshot_size"`
+	DefaultTTLS    float64 `json:"default_ttl_s"`
+	MaxTTLS        float64 `json:"max_ttl_s"`
+	Warm           int     `json:"warm"`
+	Leased         int     `json:"leased"`
+	Booting        int     `json:"booting"`
+	Ending         int     `json:"ending"` // being reset or destroyed
+}
+
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
+}

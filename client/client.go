@@ -1,0 +1,364 @@
+// Package client is a Go client of deskfarm's HTTP API (/v1). It is what
+// the deskfarm CLI uses, and what Go programs driving a farm can use: it
+// imports only package api and the standard library, so it links none of
+// the server.
+//
+// Every method takes a context first; canceling it cancels the request,
+// and the server then stops what it started (a canceled create removes its
+// half-made VM). A non-2xx answer is returned as an *api.Error with the
+// server's code, message, field and the HTTP status.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/deskfarm/deskfarm/api"
+)
+
+// DefaultServer is the API a client talks to when it is given none.
+const DefaultServer = "http://127.0.0.1:8080"
+
+// Environment variables the CLI (and FromEnv) read.
+const (
+	EnvServer = "DESKFARM_SERVER" // the server's base URL
+	EnvToken  = "DESKFARM_TOKEN"  // the API token
+)
+
+// Client talks to one deskfarm server. It is safe for concurrent use.
+type Client struct {
+	base  string // scheme://host[:port][/prefix], no trailing slash
+	token string // sent as a bearer token when set
+	hc    *http.Client
+}
+
+// Option configures New.
+type Option func(*Client)
+
+// WithToken sends token as "Authorization: Bearer TOKEN".
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc instead of a default http.Client.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// New returns a client of the server at base, e.g. "http://127.0.0.1:8080".
+func New(base string, opts ...Option) (*Client, error) {
+	trimmed := strings.TrimRight(base, "/")
+	u, err := url.Parse(trimmed)
+	if err != nil {
+		return nil, fmt.Errorf("server URL %q: want http://HOST:PORT: %w", base, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("server URL %q: want http://HOST:PORT", base)
+	}
+	// No overall timeout: a create lasts a boot and an exec up to an hour.
+	// Callers bound calls with their context.
+	c := &Client{base: trimmed, hc: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// FromEnv returns a client of $DESKFARM_SERVER (else DefaultServer) with
+// the token $DESKFARM_TOKEN, if set.
+func FromEnv(opts ...Option) (*Client, error) {
+	server := os.Getenv(EnvServer)
+	if server == "" {
+		server = DefaultServer
+	}
+	return New(server, append([]Option{WithToken(os.Getenv(EnvToken))}, opts...)...)
+}
+
+// Server returns the base URL the client talks to.
+func (c *Client) Server() string { return c.base }
+
+// request is one API call.
+type request struct {
+	method string
+	path   string // under base, already escaped
+	query  url.Values
+	body   io.Reader
+	size   int64  // body length; -1 for unknown
+	ctype  string // body Content-Type
+}
+
+// send makes a call and returns the response when its status is 2xx; the
+// caller closes its body. Other statuses become an *api.Error.
+func (c *Client) send(ctx context.Context, rq request) (*http.Response, error) {
+	u := c.base + rq.path
+	if len(rq.query) > 0 {
+		u += "?" + rq.query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, rq.method, u, rq.body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", rq.method, rq.path, err)
+	}
+	if rq.body != nil {
+		req.ContentLength = rq.size
+		if rq.size == 0 {
+			req.Body = http.NoBody
+		}
+		req.Header.Set("Content-Type", rq.ctype)
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// err is a *url.Error: it names the method and URL.
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w (is `deskfarm serve` running there? set --server or $%s)", err, EnvServer)
+		}
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, readError(resp)
+}
+
+// readError turns an error response into an *api.Error, also when a proxy
+// in between answered with something other than the API's JSON (then the
+// code is "http_STATUS" and the message the body's text).
+func readError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &api.Error{Status: resp.StatusCode}
+	var er api.ErrorResponse
+	if json.Unmarshal(body, &er) == nil && er.Error.Code != "" {
+		e.ErrorBody = er.Error
+		return e
+	}
+	e.Code = "http_" + strconv.Itoa(resp.StatusCode)
+	e.Message = strings.TrimSpace(string(body))
+	if e.Message == "" {
+		e.Message = resp.Status
+	}
+	return e
+}
+
+// call sends in as JSON (unless nil) and decodes the response into out
+// (unless nil).
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	rq := request{method: method, path: path}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode body: %w", method, path, err)
+		}
+		rq.body, rq.size, rq.ctype = bytes.NewReader(b), int64(len(b)), "application/json"
+	}
+	resp, err := c.send(ctx, rq)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+	}
+	return nil
+}
+
+// Target is what the per-VM routes act on: a VM, or an episode's VM (its
+// routes apply the episode's defaults, such as the pool's screenshot size).
+type Target struct {
+	kind string // "vms" or "episodes"
+	id   string
+}
+
+// VM targets a VM by id.
+func VM(id string) Target { return Target{"vms", id} }
+
+// Episode targets an episode's VM by the episode's id.
+func Episode(id string) Target { return Target{"episodes", id} }
+
+func (t Target) String() string {
+	if t.kind == "episodes" {
+		return "episode " + t.id
+	}
+	return "vm " + t.id
+}
+
+func (t Target) path(rest ...string) string {
+	p := "/v1/" + t.kind + "/" + url.PathEscape(t.id)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// CreateVM creates a VM and returns it once it is ready (a boot can take a
+// minute).
+func (c *Client) CreateVM(ctx context.Context, opts api.CreateOptions) (api.VM, error) {
+	var vm api.VM
+	err := c.call(ctx, http.MethodPost, "/v1/vms", opts, &vm)
+	return vm, err
+}
+
+// ListVMs lists the farm's VMs.
+func (c *Client) ListVMs(ctx context.Context) ([]api.VM, error) {
+	var list api.VMList
+	err := c.call(ctx, http.MethodGet, "/v1/vms", nil, &list)
+	return list.VMs, err
+}
+
+// GetVM describes one VM.
+func (c *Client) GetVM(ctx context.Context, id string) (api.VM, error) {
+	var vm api.VM
+	err := c.call(ctx, http.MethodGet, VM(id).path(), nil, &vm)
+	return vm, err
+}
+
+// DestroyVM destroys a VM.
+func (c *Client) DestroyVM(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, VM(id).path(), nil, nil)
+}
+
+// ResetVM returns a VM to its ready snapshot.
+func (c *Client) ResetVM(ctx context.Context, id string) (api.ResetResponse, error) {
+	var res api.ResetResponse
+	err := c.call(ctx, http.MethodPost, VM(id).path("reset"), nil, &res)
+	return res, err
+}
+
+// Exec runs a program in the target's guest. A non-zero exit code is not
+// an error: it is in the response.
+func (c *Client) Exec(ctx context.Context, t Target, req api.ExecRequest) (api.ExecResponse, error) {
+	var res api.ExecResponse
+	err := c.call(ctx, http.MethodPost, t.path("exec"), req, &res)
+	return res, err
+}
+
+// ReadFile copies a guest file to w and returns the bytes copied.
+func (c *Client) ReadFile(ctx context.Context, t Target, path string, w io.Writer) (int64, error) {
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: t.path("files"), query: url.Values{"path": {path}}})
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("read %s from %s: %w", path, t, err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return n, fmt.Errorf("read %s from %s: got %d of %d bytes", path, t, n, resp.ContentLength)
+	}
+	return n, nil
+}
+
+// WriteFile uploads size bytes from r to a guest file with the given mode
+// (e.g. 0o644). size -1 sends a body of unknown length; the server still
+// enforces api.MaxFileSize.
+func (c *Client) WriteFile(ctx context.Context, t Target, path string, r io.Reader, size int64, mode uint32) error {
+	if size > api.MaxFileSize {
+		return fmt.Errorf("write %s to %s: %d bytes exceed the limit of %d", path, t, size, api.MaxFileSize)
+	}
+	q := url.Values{"path": {path}, "mode": {fmt.Sprintf("%04o", mode)}}
+	resp, err := c.send(ctx, request{method: http.MethodPut, path: t.path("files"), query: q,
+		body: r, size: size, ctype: "application/octet-stream"})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Act plays actions on the target's screen and returns what the agent
+// sees: a Claude tool_result plus the neutral fields.
+func (c *Client) Act(ctx context.Context, t Target, req api.ActionsRequest) (api.ActionsResponse, error) {
+	return c.ActRaw(ctx, t, req)
+}
+
+// ActRaw is Act with a body the caller built, e.g. JSON typed by a user.
+func (c *Client) ActRaw(ctx context.Context, t Target, body any) (api.ActionsResponse, error) {
+	var out api.ActionsResponse
+	err := c.call(ctx, http.MethodPost, t.path("actions"), body, &out)
+	return out, err
+}
+
+// Screenshot copies an encoded image of the target's screen to w and
+// returns its media type.
+func (c *Client) Screenshot(ctx context.Context, t Target, opts api.ScreenshotOptions, w io.Writer) (string, error) {
+	q := url.Values{}
+	if opts.Format != "" {
+		q.Set("format", opts.Format)
+	}
+	if opts.Quality != 0 {
+		q.Set("quality", strconv.Itoa(opts.Quality))
+	}
+	if opts.Width != 0 || opts.Height != 0 {
+		q.Set("width", strconv.Itoa(opts.Width))
+		q.Set("height", strconv.Itoa(opts.Height))
+	} else if opts.Size != "" {
+		q.Set("size", opts.Size)
+	}
+	if opts.Fresh {
+		q.Set("fresh", "true")
+	}
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: t.path("screenshot"), query: q})
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return "", fmt.Errorf("screenshot of %s: %w", t, err)
+	}
+	return resp.Header.Get("Content-Type"), nil
+}
+
+// StartEpisode leases a VM of a pool.
+func (c *Client) StartEpisode(ctx context.Context, req api.StartEpisodeRequest) (api.Episode, error) {
+	var ep api.Episode
+	err := c.call(ctx, http.MethodPost, "/v1/episodes", req, &ep)
+	return ep, err
+}
+
+// ListEpisodes lists the live episodes.
+func (c *Client) ListEpisodes(ctx context.Context) ([]api.Episode, error) {
+	var list api.EpisodeList
+	err := c.call(ctx, http.MethodGet, "/v1/episodes", nil, &list)
+	return list.Episodes, err
+}
+
+// GetEpisode describes one episode.
+func (c *Client) GetEpisode(ctx context.Context, id string) (api.Episode, error) {
+	var ep api.Episode
+	err := c.call(ctx, http.MethodGet, Episode(id).path(), nil, &ep)
+	return ep, err
+}
+
+// EndEpisode ends an episode: it answers once the VM is reset and back in
+// its pool, or destroyed (then VMReplaced is set).
+func (c *Client) EndEpisode(ctx context.Context, id string) (api.Episode, error) {
+	var ep api.Episode
+	err := c.call(ctx, http.MethodDelete, Episode(id).path(), nil, &ep)
+	return ep, err
+}
+
+// Pools lists the farm's pools and their sizes.
+func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
+	var list api.PoolList
+	err := c.call(ctx, http.MethodGet, "/v1/pools", nil, &list)
+	return list.Pools, err
+}
+
+// Health checks that the server answers.
+func (c *Client) Health(ctx context.Context) error {
+	var h api.HealthResponse
+	return c.call(ctx, http.MethodGet, "/healthz", nil, &h)
+}

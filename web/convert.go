@@ -1,0 +1,73 @@
+package web
+
+import (
+	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// Conversions between the server's types and the wire types of package
+// api. The api types are the contract; these are the only place that knows
+// both sides, so a field added to vmm, pool or actions reaches the wire
+// only when it is added here too.
+
+func vmmCreateOptions(o api.CreateOptions) vmm.CreateOptions {
+	return vmm.CreateOptions{Image: o.Image, MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, Boot: o.Boot,
+		Width: o.Width, Height: o.Height, Labels: o.Labels}
+}
+
+func apiVM(vm vmm.VM) api.VM {
+	return api.VM{ID: vm.ID, Domain: vm.Domain, Image: vm.Image, ImageHash: vm.ImageHash, State: string(vm.State),
+		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs, Width: vm.Width, Height: vm.Height, Accel: vm.Accel,
+		CreatedAt: vm.CreatedAt, BootSeconds: vm.BootSeconds, Start: vm.Start, VNCSocket: vm.VNCSocket,
+		Resets: vm.Resets, Labels: vm.Labels}
+}
+
+func apiEpisode(ep pool.Episode, viewerURL string) api.Episode {
+	return api.Episode{ID: ep.ID, VM: ep.VM, Pool: ep.Pool, State: string(ep.State), Warm: ep.Warm,
+		BootSeconds: ep.BootSeconds, CreatedAt: ep.CreatedAt, ExpiresAt: ep.ExpiresAt, TTLSeconds: ep.TTLSeconds,
+		ScreenshotSize: ep.ScreenshotSize, EndedAt: ep.EndedAt, EndReason: ep.EndReason,
+		ResetSeconds: ep.ResetSeconds, VMReplaced: ep.VMReplaced, ViewerURL: viewerURL}
+}
+
+func apiPools(ps []pool.PoolStatus) api.PoolList {
+	var out api.PoolList
+	if ps != nil { // [] stays [], as pool.Manager.Pools sends it
+		out.Pools = make([]api.Pool, 0, len(ps))
+	}
+	for _, p := range ps {
+		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Image: p.Image, MemoryMiB: p.MemoryMiB,
+			VCPUs: p.VCPUs, Width: p.Width, Height: p.Height, MinWarm: p.MinWarm, Max: p.Max,
+			ScreenshotSize: p.ScreenshotSize, DefaultTTLS: float64(p.DefaultTTL), MaxTTLS: float64(p.MaxTTL),
+			Warm: p.Warm, Leased: p.Leased, Booting: p.Booting, Ending: p.Ending})
+	}
+	return out
+}
+
+func runOptions(o api.RunOptions) actions.RunOptions {
+	return actions.RunOptions{SettleQuietMS: o.SettleQuietMS, SettleMaxMS: o.SettleMaxMS, NoSettle: o.NoSettle,
+		Screenshot: actions.ScreenshotPolicy(o.Screenshot), Format: actions.ImageFormat(o.Format),
+		JPEGQuality: o.JPEGQuality}
+}
+
+func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.ActionsResponse {
+	out := api.ActionsResponse{Text: res.Text, Executed: res.Executed, SettleMS: res.SettleMS,
+		SettleTimedOut: res.SettleTimedOut, ScreenshotWidth: sw, ScreenshotHeight: sh,
+		DurationMS: float64(took.Microseconds()) / 1000}
+	if res.Image != nil {
+		img := api.Image(*res.Image)
+		out.Image = &img
+	}
+	for _, b := range res.ClaudeContent() {
+		cb := api.ContentBlock{Type: b.Type, Text: b.Text}
+		if b.Source != nil {
+			src := api.ImageSource(*b.Source)
+			cb.Source = &src
+		}
+		out.Content = append(out.Content, cb)
+	}
+	return out
+}
