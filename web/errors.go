@@ -3,37 +3,18 @@ package web
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
-// FieldError is an invalid request that names the JSON field or query
-// parameter at fault. It wraps vmm.ErrInvalid unless Err says otherwise.
-type FieldError struct {
-	Field string // JSON field or query parameter, e.g. "memory_mib"
-	Msg   string // what is wrong with it, e.g. "must be at least 128"
-	Err   error  // the sentinel it is; nil means vmm.ErrInvalid
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
-// Unwrap returns the sentinel the error stands for.
-func (e *FieldError) Unwrap() error {
-	if e.Err != nil {
-		return e.Err
-	}
-	return vmm.ErrInvalid
-}
-
-// InvalidField names the field at fault. Any error in a chain with this
-// method fills ErrorBody.Field: web's FieldError, actions.FieldError, and
-// whatever typed field error vmm grows.
-func (e *FieldError) InvalidField() string { return e.Field }
+// FieldError is the module's one field error type (internal/fielderr):
+// an invalid request naming the JSON field or query parameter at fault.
+type FieldError = fielderr.Error
 
 // fielder is an error that knows which request field is at fault.
 type fielder interface {
@@ -42,7 +23,7 @@ type fielder interface {
 }
 
 func invalidf(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return fielderr.Newf(field, vmm.ErrInvalid, format, args...)
 }
 
 // httpError is a protocol-level error that no sentinel covers.

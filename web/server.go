@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"io"
 	"log/slog"
 	"net/http"
@@ -326,8 +327,7 @@ func execRequest(b api.ExecRequest) (vmm.ExecRequest, error) {
 		if b.StdinB64 != "" {
 			field = "stdin_b64"
 		}
-		return req, &FieldError{Field: field, Err: vmm.ErrTooLarge,
-			Msg: fmt.Sprintf("%d bytes of stdin exceed the limit of %d", len(req.Stdin), vmm.MaxFileSize)}
+		return req, fielderr.New(field, fmt.Sprintf("%d bytes of stdin exceed the limit of %d", len(req.Stdin), vmm.MaxFileSize), vmm.ErrTooLarge)
 	}
 	if b.TimeoutS < 0 || b.TimeoutS > api.MaxExecTimeout {
 		return req, invalidf("timeout_s", "must be in (0, %d] seconds, got %g", api.MaxExecTimeout, b.TimeoutS)

@@ -186,7 +186,7 @@ func TestSentinelCodes(t *testing.T) {
 // A field error from the farm (or any error with InvalidField) fills "field".
 func TestFarmFieldError(t *testing.T) {
 	h := newHarness(t, Options{})
-	h.farm.Err = fmt.Errorf("create vm: %w", &FieldError{Field: "vcpus", Msg: "host has 2 CPUs, asked for 8"})
+	h.farm.Err = fmt.Errorf("create vm: %w", fielderr.New("vcpus", "host has 2 CPUs, asked for 8", vmm.ErrInvalid))
 	wantError(t, h.do("POST", "/v1/vms", `{"image":"tiny","vcpus":8}`), 400, CodeInvalidRequest, "vcpus")
 }
 
