@@ -30,7 +30,7 @@
 //     zooms at the session's screenshot size, per-request options and the
 //     Result.
 //
-// Errors for bad requests are *FieldError (fielderr.Error, shared with web
-// and vmm) wrapping ErrInvalid or a more specific sentinel; errors from the
+// Errors for bad requests are *FieldError (internal/fielderr's Error, shared
+// with web and vmm) wrapping ErrInvalid or a more specific sentinel; errors from the
 // Display wrap ErrDisplay.
 package actions
