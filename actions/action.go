@@ -1,67 +1,30 @@
 package actions
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"slices"
-	"strings"
 	"time"
+	"unicode/utf8"
 )
 
-// Kind names what an Action does.
+// Kind names what an Action does; it is the "kind" of the neutral JSON form.
 type Kind string
 
-// The action kinds. Positions are in screenshot coordinates (see Scaler).
+// The action kinds, one per concrete Action type.
 const (
-	// KindMove moves the pointer to at. Held buttons stay held (a manual drag).
-	KindMove Kind = "move"
-	// KindButtonDown presses button (default left) at at, or where the pointer
-	// is. The button stays pressed across Run calls until KindButtonUp.
-	KindButtonDown Kind = "button_down"
-	// KindButtonUp releases button (default left) at at, or where the pointer is.
-	KindButtonUp Kind = "button_up"
-	// KindClick clicks button (default left) count times (1-3) at at, or where
-	// the pointer is, with modifiers held.
-	KindClick Kind = "click"
-	// KindDrag presses button (default left) at from (or where the pointer is),
-	// moves through via to at in small steps, and releases it there, with
-	// modifiers held.
-	KindDrag Kind = "drag"
-	// KindScroll turns the wheel amount clicks (1-100) in direction at at, or
-	// where the pointer is, with modifiers held.
-	KindScroll Kind = "scroll"
-	// KindKey presses keys in order and releases them in reverse (a chord).
-	KindKey Kind = "key"
-	// KindKeyDown presses keys in order; they stay pressed across Run calls
-	// until KindKeyUp.
-	KindKeyDown Kind = "key_down"
-	// KindKeyUp releases keys in reverse order (so key_down X then key_up X is
-	// key X). Releasing a key that is not held is harmless.
-	KindKeyUp Kind = "key_up"
-	// KindHoldKey presses keys, waits duration_ms and releases them.
-	KindHoldKey Kind = "hold_key"
-	// KindType types text as key events, one key per character on a US
-	// layout (see KeyForRune): printable ASCII exactly as given, \n (and
-	// \r\n, and a lone \r) as Return, \t as Tab, however long the text.
-	// Shift_L is pressed around each run of characters that need it and
-	// released before the next character that does not, because QEMU takes
-	// Shift from the modifier state rather than from the keysym. Other
-	// characters are refused before anything is typed (ErrUntypable). The
-	// guest must use a US layout with Caps Lock off; a Shift the agent holds
-	// with key_down makes lower-case letters upper-case.
-	KindType Kind = "type"
-	// KindWait waits duration_ms.
-	KindWait Kind = "wait"
-	// KindScreenshot captures the screen at the session's screenshot size.
-	KindScreenshot Kind = "screenshot"
-	// KindZoom captures region (screenshot coordinates) from the native
-	// framebuffer, scaled to width x height (default: fit the screenshot size).
-	KindZoom Kind = "zoom"
-	// KindCursorPosition reports the pointer position as "X=x,Y=y" in
-	// screenshot coordinates.
+	KindMove           Kind = "move"
+	KindButtonDown     Kind = "button_down"
+	KindButtonUp       Kind = "button_up"
+	KindClick          Kind = "click"
+	KindDrag           Kind = "drag"
+	KindScroll         Kind = "scroll"
+	KindKey            Kind = "key"
+	KindKeyDown        Kind = "key_down"
+	KindKeyUp          Kind = "key_up"
+	KindHoldKey        Kind = "hold_key"
+	KindType           Kind = "type"
+	KindWait           Kind = "wait"
+	KindScreenshot     Kind = "screenshot"
+	KindZoom           Kind = "zoom"
 	KindCursorPosition Kind = "cursor_position"
 )
 
@@ -70,6 +33,14 @@ var Kinds = []Kind{
 	KindMove, KindButtonDown, KindButtonUp, KindClick, KindDrag, KindScroll,
 	KindKey, KindKeyDown, KindKeyUp, KindHoldKey, KindType, KindWait,
 	KindScreenshot, KindZoom, KindCursorPosition,
+}
+
+func kindNames() []string {
+	names := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		names[i] = string(k)
+	}
+	return names
 }
 
 // Button is a mouse button.
@@ -86,6 +57,8 @@ const (
 	ButtonForward Button = "forward"
 )
 
+var buttonNames = []string{"left", "middle", "right", "back", "forward"}
+
 // Direction is a scroll direction.
 type Direction string
 
@@ -97,389 +70,327 @@ const (
 	ScrollRight Direction = "right"
 )
 
+var directionNames = []string{"up", "down", "left", "right"}
+
 // Point is a position in screenshot coordinates.
 type Point struct {
 	X int `json:"x"`
 	Y int `json:"y"`
 }
 
-// Limits on action fields.
+// Limits on actions. The caps (MaxActions, MaxTextRunes, MaxZoomPixels) keep
+// one request from occupying a VM's input for minutes or the host's memory
+// for gigabytes; a refusal is a *FieldError with Limit set and ErrTooLarge.
 const (
+	// MaxActions is the most actions one Run plays. At the default pacing a
+	// hundred clicks take a few seconds; an agent sends one to a few.
+	MaxActions = 100
+	// MaxTextRunes bounds the text of type (and the key text of a Claude
+	// key action): at the default pacing ~35 s of typing.
+	MaxTextRunes = 4096
 	// MaxClickCount is the most clicks one click action makes (triple click).
 	MaxClickCount = 3
 	// MaxScrollAmount is the most wheel clicks one scroll action makes.
 	MaxScrollAmount = 100
 	// MaxDuration bounds wait and hold_key (the reference demo's limit).
 	MaxDuration = 100 * time.Second
-	// MaxTextLen bounds type text (bytes); at the default pacing this is
-	// several minutes of typing.
-	MaxTextLen = 64 << 10
 	// MaxDragVia bounds the intermediate points of a drag.
 	MaxDragVia = 256
 	// MaxZoomSide bounds a zoom's requested output width and height.
 	MaxZoomSide = 4096
+	// MaxZoomPixels bounds a zoom's output area (width x height, also when
+	// one side is derived from the region's aspect ratio): 4 Mpx, a little
+	// more than a 2560x1600 screen, ~16 MiB of RGBA.
+	MaxZoomPixels = 4 << 20
 	// MaxChordKeys bounds the keys of one chord.
 	MaxChordKeys = 8
 )
 
 // Action is one step of the neutral action model: the vocabulary every
-// translator produces and the executor plays. In JSON (the neutral API) it
-// is an object with a "kind" and the fields that kind uses:
+// translator produces and the Executor plays. Each kind is its own type
+// (Move, Click, ..., CursorPosition), built by DecodeActions from the neutral
+// JSON, by a translator from an agent's vocabulary, or by Go code. Key names
+// are parsed into Keys when the action is built, so nothing downstream parses
+// names again.
 //
-//	{"kind":"move","x":10,"y":20}
-//	{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]}
-//	{"kind":"button_down","button":"left"}                  (x, y optional)
-//	{"kind":"button_up","button":"left","x":30,"y":40}
-//	{"kind":"drag","from":{"x":10,"y":20},"via":[{"x":50,"y":20}],"x":90,"y":60,"button":"left","modifiers":["shift"]}
-//	{"kind":"scroll","x":500,"y":400,"direction":"down","amount":3,"modifiers":["ctrl"]}
-//	{"kind":"key","keys":["ctrl","shift","t"]}               (also ["ctrl+shift+t"])
-//	{"kind":"key_down","keys":["shift"]}
-//	{"kind":"key_up","keys":["shift"]}
-//	{"kind":"hold_key","keys":["shift"],"duration_ms":1500}
-//	{"kind":"type","text":"Hello, World!\n"}
-//	{"kind":"wait","duration_ms":500}
-//	{"kind":"screenshot"}
-//	{"kind":"zoom","region":[0,0,400,300],"width":800}       (width/height optional)
-//	{"kind":"cursor_position"}
-//
-// x, y (and from, via, region) are non-negative screenshot pixels; the
-// executor checks them against the session's screenshot size. button is
-// left (default), middle, right, back or forward; count is 1-3 (default 1);
-// direction is up, down, left or right; amount is wheel clicks, 1-100. Keys
-// and modifiers take ParseKey names, each entry may itself be a "+" chord;
-// modifiers must be shift, ctrl, alt, super or meta keys. duration_ms is
-// 1-100000. A field the kind does not use is an error, as is an unknown
-// field.
-type Action struct {
-	Kind Kind `json:"kind"`
-	// At is the target position (x, y in JSON): where to move, click, scroll,
-	// press or release a button, or where a drag ends. Optional for click,
-	// scroll, button_down and button_up (the pointer's position is used).
-	At *Point `json:"-"`
-	// From is where a drag starts; nil means where the pointer is.
-	From *Point `json:"from,omitempty"`
-	// Via are intermediate points a drag passes through, in order.
-	Via []Point `json:"via,omitempty"`
-	// Button is the mouse button; empty means left.
-	Button Button `json:"button,omitempty"`
-	// Count is the number of clicks; 0 means 1.
-	Count int `json:"count,omitempty"`
-	// Modifiers are keys held during a click, drag or scroll.
-	Modifiers []string `json:"modifiers,omitempty"`
-	// Direction is the scroll direction.
-	Direction Direction `json:"direction,omitempty"`
-	// Amount is the number of wheel clicks.
-	Amount int `json:"amount,omitempty"`
-	// Keys are the keys of key, key_down, key_up and hold_key, in press order.
-	Keys []string `json:"keys,omitempty"`
-	// Text is what type types.
-	Text string `json:"text,omitempty"`
-	// DurationMS is how long wait waits or hold_key holds, in milliseconds.
-	DurationMS int `json:"duration_ms,omitempty"`
-	// Region is a zoom's [x0, y0, x1, y1] in screenshot coordinates, x1 and
-	// y1 exclusive.
-	Region []int `json:"region,omitempty"`
-	// Width and Height are a zoom's output size; zero means derived (see
-	// Scaler.ZoomSize).
-	Width  int `json:"width,omitempty"`
-	Height int `json:"height,omitempty"`
+// Validate checks an action on its own (ranges, required fields, modifier
+// keys, typable text); DecodeActions and the translators call it, and Run
+// calls it again for actions built by Go code. Coordinates are checked
+// against the screenshot size when the Executor plays them.
+type Action interface {
+	// Kind is the action's kind.
+	Kind() Kind
+	// Validate reports the first field at fault as a *FieldError, spelled
+	// as in the neutral JSON form.
+	Validate() error
+	isAction()
 }
 
-// wireAction is Action's JSON form: At flattened into x and y.
-type wireAction struct {
-	Kind       Kind      `json:"kind"`
-	X          *int      `json:"x,omitempty"`
-	Y          *int      `json:"y,omitempty"`
-	From       *Point    `json:"from,omitempty"`
-	Via        []Point   `json:"via,omitempty"`
-	Button     Button    `json:"button,omitempty"`
-	Count      int       `json:"count,omitempty"`
-	Modifiers  []string  `json:"modifiers,omitempty"`
-	Direction  Direction `json:"direction,omitempty"`
-	Amount     int       `json:"amount,omitempty"`
-	Keys       []string  `json:"keys,omitempty"`
-	Text       string    `json:"text,omitempty"`
-	DurationMS int       `json:"duration_ms,omitempty"`
-	Region     []int     `json:"region,omitempty"`
-	Width      int       `json:"width,omitempty"`
-	Height     int       `json:"height,omitempty"`
+// Move moves the pointer to To. Held buttons stay held (a manual drag).
+type Move struct{ To Point }
+
+// ButtonDown presses Button (default left) at At, or where the pointer is.
+// The button stays pressed across Run calls until a ButtonUp.
+type ButtonDown struct {
+	At     *Point
+	Button Button
 }
 
-// MarshalJSON writes the neutral JSON form.
-func (a Action) MarshalJSON() ([]byte, error) {
-	w := wireAction{
-		Kind: a.Kind, From: a.From, Via: a.Via, Button: a.Button, Count: a.Count,
-		Modifiers: a.Modifiers, Direction: a.Direction, Amount: a.Amount, Keys: a.Keys,
-		Text: a.Text, DurationMS: a.DurationMS, Region: a.Region, Width: a.Width, Height: a.Height,
-	}
-	if a.At != nil {
-		x, y := a.At.X, a.At.Y
-		w.X, w.Y = &x, &y
-	}
-	return json.Marshal(w)
+// ButtonUp releases Button (default left) at At, or where the pointer is.
+type ButtonUp struct {
+	At     *Point
+	Button Button
 }
 
-// UnmarshalJSON reads the neutral JSON form strictly: unknown fields and
-// values of the wrong type are errors naming the field. It does not Validate.
-func (a *Action) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var w wireAction
-	if err := dec.Decode(&w); err != nil {
-		return jsonFieldError(err)
+// Click clicks Button (default left) Count times (1-3; 0 means 1) at At, or
+// where the pointer is, with Modifiers held.
+type Click struct {
+	At        *Point
+	Button    Button
+	Count     int
+	Modifiers []Key
+}
+
+// Drag presses Button (default left) at From (nil: where the pointer is),
+// moves through Via to To in small steps, and releases it there, with
+// Modifiers held.
+type Drag struct {
+	From      *Point
+	Via       []Point
+	To        Point
+	Button    Button
+	Modifiers []Key
+}
+
+// Scroll turns the wheel Amount clicks (1-100) in Direction at At, or where
+// the pointer is, with Modifiers held.
+type Scroll struct {
+	At        *Point
+	Direction Direction
+	Amount    int
+	Modifiers []Key
+}
+
+// KeyPress presses Keys in order and releases them in reverse (a chord), the
+// neutral kind "key".
+type KeyPress struct{ Keys []Key }
+
+// KeyDown presses Keys in order; they stay pressed across Run calls until a
+// KeyUp.
+type KeyDown struct{ Keys []Key }
+
+// KeyUp releases Keys in reverse order (so key_down X then key_up X is key
+// X). Releasing a key that is not held is harmless.
+type KeyUp struct{ Keys []Key }
+
+// HoldKey presses Keys, waits Duration and releases them.
+type HoldKey struct {
+	Keys     []Key
+	Duration time.Duration
+}
+
+// TypeText types Text as key events, one key per character on a US layout
+// (see KeyForRune): printable ASCII exactly as given, \n (and \r\n, and a
+// lone \r) as Return, \t as Tab, up to MaxTextRunes characters. Shift_L is
+// pressed around each run of characters that need it and released before the
+// next character that does not, because QEMU takes Shift from the modifier
+// state rather than from the keysym. Other characters are refused before
+// anything is typed (ErrUntypable). The guest must use a US layout with Caps
+// Lock off; a Shift the agent holds with key_down makes lower-case letters
+// upper-case.
+type TypeText struct{ Text string }
+
+// Wait waits Duration (whole milliseconds, 1 ms to MaxDuration).
+type Wait struct{ Duration time.Duration }
+
+// Screenshot captures the screen at the session's screenshot size.
+type Screenshot struct{}
+
+// Zoom captures Region [x0, y0, x1, y1) (screenshot coordinates, x1 and y1
+// exclusive) from the native framebuffer, scaled to Width x Height; zero
+// sides are derived (see Scaler.ZoomSize).
+type Zoom struct {
+	Region        [4]int
+	Width, Height int
+}
+
+// CursorPosition reports the pointer position as "X=x,Y=y" in screenshot
+// coordinates.
+type CursorPosition struct{}
+
+func (Move) Kind() Kind           { return KindMove }
+func (ButtonDown) Kind() Kind     { return KindButtonDown }
+func (ButtonUp) Kind() Kind       { return KindButtonUp }
+func (Click) Kind() Kind          { return KindClick }
+func (Drag) Kind() Kind           { return KindDrag }
+func (Scroll) Kind() Kind         { return KindScroll }
+func (KeyPress) Kind() Kind       { return KindKey }
+func (KeyDown) Kind() Kind        { return KindKeyDown }
+func (KeyUp) Kind() Kind          { return KindKeyUp }
+func (HoldKey) Kind() Kind        { return KindHoldKey }
+func (TypeText) Kind() Kind       { return KindType }
+func (Wait) Kind() Kind           { return KindWait }
+func (Screenshot) Kind() Kind     { return KindScreenshot }
+func (Zoom) Kind() Kind           { return KindZoom }
+func (CursorPosition) Kind() Kind { return KindCursorPosition }
+
+func (Move) isAction()           {}
+func (ButtonDown) isAction()     {}
+func (ButtonUp) isAction()       {}
+func (Click) isAction()          {}
+func (Drag) isAction()           {}
+func (Scroll) isAction()         {}
+func (KeyPress) isAction()       {}
+func (KeyDown) isAction()        {}
+func (KeyUp) isAction()          {}
+func (HoldKey) isAction()        {}
+func (TypeText) isAction()       {}
+func (Wait) isAction()           {}
+func (Screenshot) isAction()     {}
+func (Zoom) isAction()           {}
+func (CursorPosition) isAction() {}
+
+// observation reports whether a only looks at the screen.
+func observation(a Action) bool {
+	switch a.(type) {
+	case Screenshot, Zoom, CursorPosition:
+		return true
 	}
-	if (w.X == nil) != (w.Y == nil) {
-		f := "y"
-		if w.X == nil {
-			f = "x"
+	return false
+}
+
+// Validate checks the position.
+func (a Move) Validate() error { return checkPoint("", &a.To) }
+
+// Validate checks the position and the button.
+func (a ButtonDown) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
+
+// Validate checks the position and the button.
+func (a ButtonUp) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
+
+// Validate checks the position, button, count and modifiers.
+func (a Click) Validate() error {
+	if a.Count < 0 || a.Count > MaxClickCount {
+		return fieldErr("count", nil, fmt.Sprintf("must be 1 to %d (0 or absent means 1), got %d", MaxClickCount, a.Count))
+	}
+	return firstErr(checkPoint("", a.At), checkButton(a.Button), checkModifiers(a.Modifiers))
+}
+
+// Validate checks the points, button and modifiers.
+func (a Drag) Validate() error {
+	if err := firstErr(checkPoint("", &a.To), checkPoint("from.", a.From)); err != nil {
+		return err
+	}
+	if len(a.Via) > MaxDragVia {
+		return limitErr("via", MaxDragVia, fmt.Sprintf("at most %d points, got %d", MaxDragVia, len(a.Via)))
+	}
+	for i := range a.Via {
+		if err := checkPoint(fmt.Sprintf("via[%d].", i), &a.Via[i]); err != nil {
+			return err
 		}
-		return fieldErr(f, nil, "x and y go together: give both or neither")
 	}
-	*a = Action{
-		Kind: w.Kind, From: w.From, Via: w.Via, Button: w.Button, Count: w.Count,
-		Modifiers: w.Modifiers, Direction: w.Direction, Amount: w.Amount, Keys: w.Keys,
-		Text: w.Text, DurationMS: w.DurationMS, Region: w.Region, Width: w.Width, Height: w.Height,
+	return firstErr(checkButton(a.Button), checkModifiers(a.Modifiers))
+}
+
+// Validate checks the position, direction, amount and modifiers.
+func (a Scroll) Validate() error {
+	if err := checkPoint("", a.At); err != nil {
+		return err
 	}
-	if w.X != nil {
-		a.At = &Point{X: *w.X, Y: *w.Y}
+	switch a.Direction {
+	case ScrollUp, ScrollDown, ScrollLeft, ScrollRight:
+	case "":
+		return oneOfErr("direction", nil, directionNames, "scroll needs a direction: up, down, left or right")
+	default:
+		return oneOfErr("direction", nil, directionNames, fmt.Sprintf("must be up, down, left or right, got %q", a.Direction))
+	}
+	if a.Amount < 1 || a.Amount > MaxScrollAmount {
+		return fieldErr("amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", MaxScrollAmount, a.Amount))
+	}
+	return checkModifiers(a.Modifiers)
+}
+
+// Validate checks there are 1 to MaxChordKeys keys.
+func (a KeyPress) Validate() error { return checkKeys(a.Keys) }
+
+// Validate checks there are 1 to MaxChordKeys keys.
+func (a KeyDown) Validate() error { return checkKeys(a.Keys) }
+
+// Validate checks there are 1 to MaxChordKeys keys.
+func (a KeyUp) Validate() error { return checkKeys(a.Keys) }
+
+// Validate checks the keys and the duration.
+func (a HoldKey) Validate() error { return firstErr(checkKeys(a.Keys), checkDuration(a.Duration)) }
+
+// Validate checks the text is non-empty, at most MaxTextRunes and typable.
+func (a TypeText) Validate() error {
+	if a.Text == "" {
+		return fieldErr("text", nil, "type needs non-empty text")
+	}
+	if n := utf8.RuneCountInString(a.Text); n > MaxTextRunes {
+		return limitErr("text", MaxTextRunes, fmt.Sprintf("at most %d characters, got %d; split the text over several type actions", MaxTextRunes, n))
+	}
+	if err := checkTypable(a.Text); err != nil {
+		return withPrefix("text", err)
 	}
 	return nil
 }
 
-// jsonFieldError turns encoding/json's decode errors into *FieldError.
-func jsonFieldError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fieldErr(te.Field, nil, fmt.Sprintf("must be %s, got JSON %s", jsonTypeName(te.Type.Kind().String()), te.Value))
+// Validate checks the duration.
+func (a Wait) Validate() error { return checkDuration(a.Duration) }
+
+// Validate accepts any screenshot.
+func (Screenshot) Validate() error { return nil }
+
+// Validate checks the region's shape and the output size.
+func (a Zoom) Validate() error {
+	r := a.Region
+	for i, v := range r {
+		if v < 0 {
+			return fieldErr("region", ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative", i, v))
+		}
 	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return fieldErr(strings.Trim(f, `"`), nil, "unknown field; "+neutralFieldsHelp)
+	if r[0] >= r[2] || r[1] >= r[3] {
+		return fieldErr("region", nil, fmt.Sprintf("[%d, %d, %d, %d] must have x0 < x1 and y0 < y1", r[0], r[1], r[2], r[3]))
 	}
-	if errors.Is(err, io.EOF) {
-		return fieldErr("", nil, "empty input; want a JSON object")
+	for _, s := range []struct {
+		field string
+		v     int
+	}{{"width", a.Width}, {"height", a.Height}} {
+		if s.v < 0 || s.v > MaxZoomSide {
+			return limitErr(s.field, MaxZoomSide, fmt.Sprintf("must be 1 to %d (0 or absent means derived), got %d", MaxZoomSide, s.v))
+		}
 	}
-	return fieldErr("", nil, "malformed JSON: "+msg)
+	return checkZoomArea(a.Width, a.Height)
 }
 
-func jsonTypeName(kind string) string {
-	switch kind {
-	case "int", "int64", "int32", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "string":
-		return "a string"
-	case "slice":
-		return "an array"
-	case "struct", "ptr", "map":
-		return "an object"
+// Validate accepts any cursor_position.
+func (CursorPosition) Validate() error { return nil }
+
+func checkZoomArea(w, h int) error {
+	if w*h > MaxZoomPixels {
+		return limitErr("width", MaxZoomPixels, fmt.Sprintf("a %dx%d zoom is %d pixels; at most %d (%d Mpx)", w, h, w*h, MaxZoomPixels, MaxZoomPixels>>20))
 	}
-	return "a " + kind
+	return nil
 }
 
-const neutralFieldsHelp = "an action has kind and, as its kind needs, x, y, from, via, button, count, " +
-	"modifiers, direction, amount, keys, text, duration_ms, region, width, height"
-
-// DecodeActions reads a JSON array of neutral actions (or a single action
-// object) and validates each. Errors name the field as "actions[i].field".
-func DecodeActions(data []byte) ([]Action, error) {
-	data = bytes.TrimSpace(data)
-	if len(data) > 0 && data[0] == '{' {
-		var a Action
-		if err := json.Unmarshal(data, &a); err != nil {
-			return nil, withPrefix("actions[0].", unwrapJSON(err))
-		}
-		if err := a.Validate(); err != nil {
-			return nil, withPrefix("actions[0].", err)
-		}
-		return []Action{a}, nil
-	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(data, &raws); err != nil {
-		return nil, fieldErr("actions", nil, "must be a JSON array of action objects: "+err.Error())
-	}
-	acts := make([]Action, len(raws))
-	for i, raw := range raws {
-		prefix := fmt.Sprintf("actions[%d].", i)
-		if err := json.Unmarshal(raw, &acts[i]); err != nil {
-			return nil, withPrefix(prefix, unwrapJSON(err))
-		}
-		if err := acts[i].Validate(); err != nil {
-			return nil, withPrefix(prefix, err)
-		}
-	}
-	return acts, nil
-}
-
-// unwrapJSON digs our *FieldError out of encoding/json's wrapping.
-func unwrapJSON(err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return fe
-	}
-	return jsonFieldError(err)
-}
-
-// kindFields lists, per kind, the fields it uses (JSON names); required
-// ones are checked in Validate.
-var kindFields = map[Kind][]string{
-	KindMove:           {"x", "y"},
-	KindButtonDown:     {"x", "y", "button"},
-	KindButtonUp:       {"x", "y", "button"},
-	KindClick:          {"x", "y", "button", "count", "modifiers"},
-	KindDrag:           {"x", "y", "from", "via", "button", "modifiers"},
-	KindScroll:         {"x", "y", "direction", "amount", "modifiers"},
-	KindKey:            {"keys"},
-	KindKeyDown:        {"keys"},
-	KindKeyUp:          {"keys"},
-	KindHoldKey:        {"keys", "duration_ms"},
-	KindType:           {"text"},
-	KindWait:           {"duration_ms"},
-	KindScreenshot:     {},
-	KindZoom:           {"region", "width", "height"},
-	KindCursorPosition: {},
-}
-
-// setFields returns the JSON names of the fields a sets.
-func (a *Action) setFields() []string {
-	var f []string
-	add := func(set bool, names ...string) {
-		if set {
-			f = append(f, names...)
-		}
-	}
-	add(a.At != nil, "x", "y")
-	add(a.From != nil, "from")
-	add(a.Via != nil, "via")
-	add(a.Button != "", "button")
-	add(a.Count != 0, "count")
-	add(a.Modifiers != nil, "modifiers")
-	add(a.Direction != "", "direction")
-	add(a.Amount != 0, "amount")
-	add(a.Keys != nil, "keys")
-	add(a.Text != "", "text")
-	add(a.DurationMS != 0, "duration_ms")
-	add(a.Region != nil, "region")
-	add(a.Width != 0, "width")
-	add(a.Height != 0, "height")
-	return f
-}
-
-// Validate checks the action on its own: kind, required and forbidden
-// fields, ranges, key names and typable text. Coordinates are checked
-// against the screenshot size when the executor plays the action.
-func (a *Action) Validate() error {
-	allowed, ok := kindFields[a.Kind]
-	if !ok {
-		names := make([]string, len(Kinds))
-		for i, k := range Kinds {
-			names[i] = string(k)
-		}
-		return &FieldError{Field: "kind", Kind: ErrUnsupportedAction,
-			Msg: fmt.Sprintf("unknown kind %q; kinds are %s", a.Kind, strings.Join(names, ", "))}
-	}
-	for _, f := range a.setFields() {
-		if !slices.Contains(allowed, f) {
-			return fieldErr(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", a.Kind, a.Kind, fieldList(allowed)))
-		}
-	}
-	if a.At != nil {
-		if err := checkPoint("", *a.At); err != nil {
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
 			return err
-		}
-	}
-	switch a.Kind {
-	case KindMove:
-		if a.At == nil {
-			return fieldErr("x", nil, "move needs x and y")
-		}
-	case KindButtonDown, KindButtonUp:
-		return checkButton(a.Button)
-	case KindClick:
-		if a.Count < 0 || a.Count > MaxClickCount {
-			return fieldErr("count", nil, fmt.Sprintf("must be 1 to %d (0 or absent means 1), got %d", MaxClickCount, a.Count))
-		}
-		if err := checkButton(a.Button); err != nil {
-			return err
-		}
-		return checkModifiers(a.Modifiers)
-	case KindDrag:
-		if a.At == nil {
-			return fieldErr("x", nil, "drag needs x and y (where it ends)")
-		}
-		if a.From != nil {
-			if err := checkPoint("from.", *a.From); err != nil {
-				return err
-			}
-		}
-		if len(a.Via) > MaxDragVia {
-			return fieldErr("via", nil, fmt.Sprintf("at most %d points, got %d", MaxDragVia, len(a.Via)))
-		}
-		for i, p := range a.Via {
-			if err := checkPoint(fmt.Sprintf("via[%d].", i), p); err != nil {
-				return err
-			}
-		}
-		if err := checkButton(a.Button); err != nil {
-			return err
-		}
-		return checkModifiers(a.Modifiers)
-	case KindScroll:
-		switch a.Direction {
-		case ScrollUp, ScrollDown, ScrollLeft, ScrollRight:
-		case "":
-			return fieldErr("direction", nil, "scroll needs a direction: up, down, left or right")
-		default:
-			return fieldErr("direction", nil, fmt.Sprintf("must be up, down, left or right, got %q", a.Direction))
-		}
-		if a.Amount < 1 || a.Amount > MaxScrollAmount {
-			return fieldErr("amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", MaxScrollAmount, a.Amount))
-		}
-		return checkModifiers(a.Modifiers)
-	case KindKey, KindKeyDown, KindKeyUp, KindHoldKey:
-		if _, err := parseKeyList(a.Keys); err != nil {
-			return withPrefix("keys", err)
-		}
-		if a.Kind == KindHoldKey {
-			return checkDurationMS(a.DurationMS)
-		}
-	case KindType:
-		if a.Text == "" {
-			return fieldErr("text", nil, "type needs non-empty text")
-		}
-		if len(a.Text) > MaxTextLen {
-			return fieldErr("text", nil, fmt.Sprintf("at most %d bytes, got %d", MaxTextLen, len(a.Text)))
-		}
-		if err := checkTypable(a.Text); err != nil {
-			return withPrefix("text", err)
-		}
-	case KindWait:
-		return checkDurationMS(a.DurationMS)
-	case KindZoom:
-		if _, err := checkRegion(a.Region); err != nil {
-			return err
-		}
-		if a.Width < 0 || a.Width > MaxZoomSide {
-			return fieldErr("width", nil, fmt.Sprintf("must be 1 to %d, got %d", MaxZoomSide, a.Width))
-		}
-		if a.Height < 0 || a.Height > MaxZoomSide {
-			return fieldErr("height", nil, fmt.Sprintf("must be 1 to %d, got %d", MaxZoomSide, a.Height))
 		}
 	}
 	return nil
 }
 
-func fieldList(fs []string) string {
-	if len(fs) == 0 {
-		return "no other fields"
-	}
-	return strings.Join(fs, ", ")
-}
-
-func checkPoint(prefix string, p Point) error {
-	if p.X < 0 {
+// checkPoint checks p (nil is fine) is non-negative; prefix names it.
+func checkPoint(prefix string, p *Point) error {
+	switch {
+	case p == nil:
+		return nil
+	case p.X < 0:
 		return fieldErr(prefix+"x", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.X))
-	}
-	if p.Y < 0 {
+	case p.Y < 0:
 		return fieldErr(prefix+"y", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.Y))
 	}
 	return nil
@@ -490,84 +401,99 @@ func checkButton(b Button) error {
 	case "", ButtonLeft, ButtonMiddle, ButtonRight, ButtonBack, ButtonForward:
 		return nil
 	}
-	return fieldErr("button", nil, fmt.Sprintf("must be left, middle, right, back or forward, got %q", b))
+	return oneOfErr("button", nil, buttonNames, fmt.Sprintf("must be left, middle, right, back or forward, got %q", b))
 }
 
-func checkModifiers(mods []string) error {
-	if _, err := parseModifiers(mods); err != nil {
-		return withPrefix("modifiers", err)
-	}
-	return nil
-}
-
-func checkDurationMS(ms int) error {
-	if ms < 1 || time.Duration(ms)*time.Millisecond > MaxDuration {
-		return fieldErr("duration_ms", nil, fmt.Sprintf("must be 1 to %d, got %d", MaxDuration.Milliseconds(), ms))
-	}
-	return nil
-}
-
-// checkRegion validates a zoom region [x0, y0, x1, y1]: non-negative, x0 < x1
-// and y0 < y1.
-func checkRegion(r []int) ([4]int, error) {
-	var out [4]int
-	if len(r) != 4 {
-		return out, fieldErr("region", nil, fmt.Sprintf("must be [x0, y0, x1, y1] (4 integers), got %d values", len(r)))
-	}
-	copy(out[:], r)
-	for i, v := range out {
-		if v < 0 {
-			return out, fieldErr("region", ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative", i, v))
+func checkModifiers(mods []Key) error {
+	for _, k := range mods {
+		if !k.IsModifier() {
+			return fieldErr("modifiers", ErrUnknownKey, fmt.Sprintf("%q is not a modifier key; modifiers are shift, ctrl, alt, "+
+				"super (cmd, win), meta and their _L/_R forms, joined with + (\"ctrl+shift\")", k.Name))
 		}
 	}
-	if out[0] >= out[2] || out[1] >= out[3] {
-		return out, fieldErr("region", nil, fmt.Sprintf("[%d, %d, %d, %d] must have x0 < x1 and y0 < y1", out[0], out[1], out[2], out[3]))
+	if len(mods) > MaxChordKeys {
+		return limitErr("modifiers", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(mods)))
 	}
-	return out, nil
+	return nil
 }
 
-// parseKeyList resolves a list of key names, each of which may be a chord.
-func parseKeyList(names []string) ([]Key, error) {
-	if len(names) == 0 {
-		return nil, &FieldError{Msg: "needs at least one key", Kind: ErrUnknownKey}
+func checkKeys(keys []Key) error {
+	if len(keys) == 0 {
+		return fieldErr("keys", ErrUnknownKey, "needs at least one key")
 	}
+	if len(keys) > MaxChordKeys {
+		return limitErr("keys", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
+	}
+	for _, k := range keys {
+		if k.Keysym == 0 {
+			return fieldErr("keys", ErrUnknownKey, fmt.Sprintf("key %q has no keysym; build keys with ParseKey", k.Name))
+		}
+	}
+	return nil
+}
+
+func checkDuration(d time.Duration) error {
+	if d < time.Millisecond || d > MaxDuration {
+		return fieldErr("duration_ms", nil, fmt.Sprintf("must be 1 to %d, got %d", MaxDuration.Milliseconds(), d.Milliseconds()))
+	}
+	return nil
+}
+
+// parseKeyList resolves key names, each of which may be a chord, for the
+// field named field.
+func parseKeyList(field string, names []string) ([]Key, error) {
 	var keys []Key
 	for _, n := range names {
 		ks, err := ParseChord(n)
 		if err != nil {
-			return nil, err
+			return nil, withPrefix(field, err)
 		}
 		keys = append(keys, ks...)
 	}
 	if len(keys) > MaxChordKeys {
-		return nil, &FieldError{Msg: fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys))}
+		return nil, limitErr(field, MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
 	}
 	return keys, nil
 }
 
-// Constructors for the common actions, for Go callers and translators.
+// Keys parses key names (ParseKey names, each may be a "+" chord) for Go
+// callers: Keys("ctrl+shift", "t").
+func Keys(names ...string) ([]Key, error) { return parseKeyList("keys", names) }
 
-// MoveTo returns a move to (x, y).
-func MoveTo(x, y int) Action { return Action{Kind: KindMove, At: &Point{x, y}} }
-
-// ClickAt returns a click of b, n times, at p (nil: where the pointer is),
-// with modifiers held.
-func ClickAt(p *Point, b Button, n int, modifiers ...string) Action {
-	return Action{Kind: KindClick, At: p, Button: b, Count: n, Modifiers: modifiers}
+// MustKeys is Keys for names known to be valid; it panics otherwise.
+func MustKeys(names ...string) []Key {
+	k, err := Keys(names...)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
-// KeyChord returns a key action pressing keys together.
-func KeyChord(keys ...string) Action { return Action{Kind: KindKey, Keys: keys} }
-
-// TypeText returns a type action.
-func TypeText(s string) Action { return Action{Kind: KindType, Text: s} }
-
-// Wait returns a wait action of d, rounded up to a millisecond.
-func Wait(d time.Duration) Action {
-	return Action{Kind: KindWait, DurationMS: int((d + time.Millisecond - 1) / time.Millisecond)}
+// KeyNames returns the canonical names of keys.
+func KeyNames(keys []Key) []string {
+	if keys == nil {
+		return nil
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.Name
+	}
+	return names
 }
 
-// Screenshot returns a screenshot action.
-func Screenshot() Action { return Action{Kind: KindScreenshot} }
+// roundMS rounds d up to a whole millisecond, at least 1 ms.
+func roundMS(d time.Duration) time.Duration {
+	return max(time.Millisecond, (d+time.Millisecond-1)/time.Millisecond*time.Millisecond)
+}
 
-func pt(x, y int) *Point { return &Point{X: x, Y: y} }
+// validateAll validates what a translator built: each translator checks its
+// own vocabulary's fields, and this catches a mapping that produced an action
+// the neutral model refuses.
+func validateAll(acts []Action) error {
+	for _, a := range acts {
+		if err := a.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

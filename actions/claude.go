@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ClaudeVersion is the type of a Claude computer-use tool, which fixes the
@@ -153,6 +154,9 @@ type claudeInput map[string]json.RawMessage
 //     screenshot size.
 func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 	acts, err := translateClaude(v, input)
+	if err == nil {
+		err = validateAll(acts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", v, err)
 	}
@@ -166,8 +170,8 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		for i, cv := range ClaudeVersions {
 			names[i] = string(cv)
 		}
-		return nil, &FieldError{Field: "type", Kind: ErrUnsupportedAction,
-			Msg: fmt.Sprintf("unknown computer tool version %q; supported are %s", v, strings.Join(names, ", "))}
+		return nil, oneOfErr("type", ErrUnsupportedAction, names,
+			fmt.Sprintf("unknown computer tool version %q; supported are %s", v, strings.Join(names, ", ")))
 	}
 	in, err := decodeClaudeInput(input)
 	if err != nil {
@@ -176,10 +180,10 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 	var action string
 	raw, ok := in["action"]
 	if !ok {
-		return nil, fieldErr("action", ErrUnsupportedAction, "missing; accepted actions are "+strings.Join(accepted, ", "))
+		return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
 	}
 	if err := json.Unmarshal(raw, &action); err != nil {
-		return nil, fieldErr("action", ErrUnsupportedAction, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
+		return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
 	}
 	if !slices.Contains(accepted, action) {
 		msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
@@ -187,7 +191,7 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 			msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
 				action, v, since, v, strings.Join(accepted, ", "))
 		}
-		return nil, fieldErr("action", ErrUnsupportedAction, msg)
+		return nil, oneOfErr("action", ErrUnsupportedAction, accepted, msg)
 	}
 	spec := claudeSpecs[action]
 	required, optional := spec.required, spec.optional
@@ -243,13 +247,20 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 			}
 			chords = []string{"space"} // a bare " "
 		}
+		if n := utf8.RuneCountInString(text); n > MaxTextRunes {
+			return nil, limitErr("text", MaxTextRunes, fmt.Sprintf("at most %d characters of key text, got %d", MaxTextRunes, n))
+		}
 		var acts []Action
 		for _, c := range chords {
 			keys, err := ParseChord(c)
 			if err != nil {
 				return nil, withPrefix("text", err)
 			}
-			acts = append(acts, Action{Kind: KindKey, Keys: keyNames(keys)})
+			a := KeyPress{Keys: keys}
+			if err := a.Validate(); err != nil {
+				return nil, renamed(err, "text")
+			}
+			acts = append(acts, a)
 		}
 		return acts, nil
 
@@ -261,14 +272,14 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		if text == "" {
 			return nil, fieldErr("text", nil, "empty; type needs text")
 		}
-		a := TypeText(text)
+		a := TypeText{Text: text}
 		if err := a.Validate(); err != nil {
 			return nil, err
 		}
 		return []Action{a}, nil
 
 	case "mouse_move":
-		return []Action{{Kind: KindMove, At: at}}, nil
+		return []Action{Move{To: *at}}, nil
 
 	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
 		mods, err := claudeModifiers(in)
@@ -286,10 +297,10 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		case "triple_click":
 			n = 3
 		}
-		return []Action{ClickAt(at, b, n, mods...)}, nil
+		return []Action{Click{At: at, Button: b, Count: n, Modifiers: mods}}, nil
 
 	case "left_click_drag":
-		a := Action{Kind: KindDrag, At: at, Button: ButtonLeft}
+		a := Drag{To: *at, Button: ButtonLeft}
 		if _, ok := in["start_coordinate"]; ok {
 			if a.From, err = claudeCoordinate(in, "start_coordinate"); err != nil {
 				return nil, err
@@ -298,26 +309,26 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		return []Action{a}, nil
 
 	case "screenshot":
-		return []Action{Screenshot()}, nil
+		return []Action{Screenshot{}}, nil
 
 	case "cursor_position":
-		return []Action{{Kind: KindCursorPosition}}, nil
+		return []Action{CursorPosition{}}, nil
 
 	case "left_mouse_down":
-		return []Action{{Kind: KindButtonDown, Button: ButtonLeft, At: at}}, nil
+		return []Action{ButtonDown{Button: ButtonLeft, At: at}}, nil
 
 	case "left_mouse_up":
-		return []Action{{Kind: KindButtonUp, Button: ButtonLeft, At: at}}, nil
+		return []Action{ButtonUp{Button: ButtonLeft, At: at}}, nil
 
 	case "scroll":
 		var dir string
 		if err := json.Unmarshal(in["scroll_direction"], &dir); err != nil {
-			return nil, fieldErr("scroll_direction", nil, "must be a string: up, down, left or right")
+			return nil, oneOfErr("scroll_direction", nil, directionNames, "must be a string: up, down, left or right")
 		}
 		switch d := Direction(dir); d {
 		case ScrollUp, ScrollDown, ScrollLeft, ScrollRight:
 		default:
-			return nil, fieldErr("scroll_direction", nil, fmt.Sprintf("must be up, down, left or right, got %q", dir))
+			return nil, oneOfErr("scroll_direction", nil, directionNames, fmt.Sprintf("must be up, down, left or right, got %q", dir))
 		}
 		amount, err := claudeInt("scroll_amount", in["scroll_amount"])
 		if err != nil {
@@ -330,7 +341,7 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []Action{{Kind: KindScroll, At: at, Direction: Direction(dir), Amount: amount, Modifiers: mods}}, nil
+		return []Action{Scroll{At: at, Direction: Direction(dir), Amount: amount, Modifiers: mods}}, nil
 
 	case "hold_key":
 		text, err := claudeText(in, "text")
@@ -345,9 +356,9 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		a := Action{Kind: KindHoldKey, Keys: keyNames(keys), DurationMS: durationMS(d)}
+		a := HoldKey{Keys: keys, Duration: roundMS(d)}
 		if err := a.Validate(); err != nil {
-			return nil, err
+			return nil, renamed(err, "text")
 		}
 		return []Action{a}, nil
 
@@ -356,26 +367,20 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []Action{{Kind: KindWait, DurationMS: durationMS(d)}}, nil
+		return []Action{Wait{Duration: roundMS(d)}}, nil
 
 	case "zoom":
 		region, err := claudeInts("region", in["region"], 4)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := checkRegion(region); err != nil {
+		a := Zoom{Region: [4]int(region)}
+		if err := a.Validate(); err != nil {
 			return nil, err
 		}
-		return []Action{{Kind: KindZoom, Region: region}}, nil
+		return []Action{a}, nil
 	}
 	return nil, fieldErr("action", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", action))
-}
-
-func takesList(fs []string) string {
-	if len(fs) == 0 {
-		return "no other fields"
-	}
-	return strings.Join(fs, ", ")
 }
 
 func sortedKeys(m claudeInput) []string {
@@ -385,19 +390,6 @@ func sortedKeys(m claudeInput) []string {
 	}
 	sort.Strings(ks)
 	return ks
-}
-
-func keyNames(keys []Key) []string {
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = k.Name
-	}
-	return names
-}
-
-// durationMS converts seconds to whole milliseconds, at least 1.
-func durationMS(d time.Duration) int {
-	return max(1, int((d+time.Millisecond-1)/time.Millisecond))
 }
 
 func decodeClaudeInput(input []byte) (claudeInput, error) {
@@ -428,7 +420,7 @@ func claudeText(in claudeInput, field string) (string, error) {
 
 // claudeModifiers reads the optional text of a click or scroll: modifier
 // keys held during it ("shift", "ctrl+shift").
-func claudeModifiers(in claudeInput) ([]string, error) {
+func claudeModifiers(in claudeInput) ([]Key, error) {
 	if _, ok := in["text"]; !ok {
 		return nil, nil
 	}
@@ -443,7 +435,7 @@ func claudeModifiers(in claudeInput) ([]string, error) {
 	if err != nil {
 		return nil, withPrefix("text", err)
 	}
-	return keyNames(keys), nil
+	return keys, nil
 }
 
 func claudeCoordinate(in claudeInput, field string) (*Point, error) {
@@ -529,4 +521,33 @@ func clip(raw json.RawMessage) string {
 		s = s[:40] + "..."
 	}
 	return s
+}
+
+// ContentBlock is one block of a Claude tool_result's content.
+type ContentBlock struct {
+	Type   string       `json:"type"` // "text" or "image"
+	Text   string       `json:"text,omitempty"`
+	Source *ImageSource `json:"source,omitempty"`
+}
+
+// ImageSource is a base64 image in a Claude content block.
+type ImageSource struct {
+	Type      string `json:"type"` // "base64"
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+}
+
+// ClaudeContent returns the result as the content of a Claude tool_result:
+// a text block if there is text, then an image block if there is an image.
+func (r *Result) ClaudeContent() []ContentBlock {
+	var c []ContentBlock
+	if r.Text != "" {
+		c = append(c, ContentBlock{Type: "text", Text: r.Text})
+	}
+	if r.Image != nil {
+		c = append(c, ContentBlock{Type: "image", Source: &ImageSource{
+			Type: "base64", MediaType: r.Image.MediaType, Data: r.Image.Data,
+		}})
+	}
+	return c
 }

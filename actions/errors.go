@@ -1,11 +1,15 @@
 package actions
 
-import "errors"
+import (
+	"errors"
 
-// Sentinel errors. Every error this package returns for a bad request wraps
-// ErrInvalid and, where one applies, one of the more specific sentinels below,
-// so callers can test either with errors.Is. Errors from the Display are
-// wrapped with the action that was being played.
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+)
+
+// Sentinel errors. Every error this package returns for a bad request is a
+// *FieldError that wraps ErrInvalid and, where one applies, one of the more
+// specific sentinels below, so callers can test either with errors.Is.
+// Errors from the Display are wrapped with the action that was being played.
 var (
 	// ErrInvalid means an action or a translator input is malformed or out of
 	// range. An HTTP layer answers it with 400.
@@ -24,6 +28,10 @@ var (
 	// ErrUnsupportedButton means the Display cannot deliver the mouse button
 	// (back and forward need RFB buttons 8 and 9, which Display does not carry).
 	ErrUnsupportedButton = errors.New("mouse button not supported by the display")
+	// ErrTooLarge means a request exceeds one of the caps that keep one
+	// request from wedging a VM (MaxActions, MaxTextRunes, MaxZoomPixels);
+	// the *FieldError's Limit says which bound.
+	ErrTooLarge = errors.New("request too large")
 	// ErrDisplay means the Display failed while actions were being played.
 	ErrDisplay = errors.New("display error")
 	// ErrPointerUnknown means an action needs the pointer's position (a click
@@ -35,51 +43,38 @@ var (
 
 // FieldError is an invalid request that names the field at fault, in the
 // spelling of the input it came from ("coordinate", "scroll_amount",
-// "actions[2].x"). It wraps ErrInvalid and, if set, Kind.
-type FieldError struct {
-	Field string // field as the caller spelled it
-	Msg   string // what is wrong and what is accepted
-	Kind  error  // a more specific sentinel (ErrOutOfBounds, ErrUnknownKey, ...) or nil
-}
-
-// Error returns "field NAME: message".
-func (e *FieldError) Error() string { return "field " + e.Field + ": " + e.Msg }
-
-// Unwrap returns ErrInvalid and Kind, so errors.Is matches either.
-func (e *FieldError) Unwrap() []error {
-	if e.Kind != nil && e.Kind != ErrInvalid {
-		return []error{ErrInvalid, e.Kind}
-	}
-	return []error{ErrInvalid}
-}
-
-// InvalidField names the field at fault; the web layer reports it as
-// ErrorBody.Field.
-func (e *FieldError) InvalidField() string { return e.Field }
+// "actions[2].x"), with the accepted values or the limit where they apply.
+// It is the module's one field error type (internal/fielderr), shared with
+// vmm and web.
+type FieldError = fielderr.Error
 
 // withPrefix returns a copy of err with prefix put in front of its field name
 // ("actions[2]." + "x"); other errors are returned unchanged.
-func withPrefix(prefix string, err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		c := *fe
-		if c.Field == "" {
-			c.Field = trimDot(prefix)
-		} else {
-			c.Field = prefix + c.Field
-		}
-		return &c
-	}
-	return err
+func withPrefix(prefix string, err error) error { return fielderr.Prefix(prefix, err) }
+
+// renamed returns err naming field instead, if it is a *FieldError.
+func renamed(err error, field string) error {
+	return fielderr.Rename(err, func(string) string { return field })
 }
 
-func trimDot(s string) string {
-	if len(s) > 0 && s[len(s)-1] == '.' {
-		return s[:len(s)-1]
-	}
-	return s
-}
-
+// fieldErr returns a *FieldError wrapping ErrInvalid and kind (if not nil).
 func fieldErr(field string, kind error, msg string) *FieldError {
-	return &FieldError{Field: field, Msg: msg, Kind: kind}
+	if kind == nil || kind == ErrInvalid {
+		return fielderr.New(field, msg, ErrInvalid)
+	}
+	return fielderr.New(field, msg, ErrInvalid, kind)
+}
+
+// limitErr is a refusal of a value over a cap.
+func limitErr(field string, limit int, msg string) *FieldError {
+	fe := fieldErr(field, ErrTooLarge, msg)
+	fe.Limit = limit
+	return fe
+}
+
+// oneOfErr is a refusal of a value outside a fixed set.
+func oneOfErr(field string, kind error, accepted []string, msg string) *FieldError {
+	fe := fieldErr(field, kind, msg)
+	fe.Accepted = accepted
+	return fe
 }

@@ -7,17 +7,22 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-// fakeDisplay is an in-memory Display that records what it is sent: the
-// protocol edge only. Real-VM tests live with the lead.
+// fakeDisplay is an in-memory Display standing in for the guest: it records
+// the key and pointer events it is sent (never the executor's sleeps) and
+// keeps the input state the guest would have, so tests assert what the
+// guest received and what is still pressed.
 type fakeDisplay struct {
 	w, h      int
 	x, y      int
-	buttons   uint8
+	buttons   uint8           // the guest's button state
+	down      map[string]bool // keys the guest may have down
 	img       *image.RGBA
 	events    []string
 	n         int   // events sent so far
@@ -28,12 +33,15 @@ type fakeDisplay struct {
 	settleErr error         // what Settle fails with
 	moved     bool          // a pointer event was sent
 	unknown   bool          // CursorPos is (-1, -1) until a pointer event, like vnc.Client
+	now       time.Duration // virtual clock, advanced by the executor's sleeps
+	at        []time.Duration
+	onEvent   func() // called after each event
 }
 
 var errWire = errors.New("wire broke")
 
 func newFake(w, h int) *fakeDisplay {
-	return &fakeDisplay{w: w, h: h, img: coordImage(w, h), settled: 7 * time.Millisecond}
+	return &fakeDisplay{w: w, h: h, img: coordImage(w, h), settled: 7 * time.Millisecond, down: map[string]bool{}}
 }
 
 func (f *fakeDisplay) Size() (int, int)      { return f.w, f.h }
@@ -45,24 +53,32 @@ func (f *fakeDisplay) CursorPos() (int, int) {
 	return f.x, f.y
 }
 
-func (f *fakeDisplay) fail() error {
+func (f *fakeDisplay) event(s string) error {
 	f.n++
+	f.at = append(f.at, f.now)
+	defer func() {
+		if f.onEvent != nil {
+			f.onEvent()
+		}
+	}()
 	if f.failAt != 0 && f.n == f.failAt {
+		f.events = append(f.events, "FAILED "+s)
 		if f.failErr != nil {
 			return f.failErr
 		}
 		return errWire
 	}
+	f.events = append(f.events, s)
 	return nil
 }
 
 func (f *fakeDisplay) Pointer(x, y int, buttons uint8) error {
-	if err := f.fail(); err != nil {
-		f.events = append(f.events, fmt.Sprintf("FAILED ptr %d,%d %#02x", x, y, buttons))
+	err := f.event(fmt.Sprintf("ptr %d,%d %#02x", x, y, buttons))
+	if err != nil {
+		f.buttons |= buttons // a press may have arrived; a release may not have
 		return err
 	}
 	f.x, f.y, f.buttons, f.moved = x, y, buttons, true
-	f.events = append(f.events, fmt.Sprintf("ptr %d,%d %#02x", x, y, buttons))
 	return nil
 }
 
@@ -72,18 +88,34 @@ func (f *fakeDisplay) Key(keysym uint32, scancode uint16, down bool) error {
 		dir = "down"
 	}
 	name := keyName(keysym, scancode)
-	if err := f.fail(); err != nil {
-		f.events = append(f.events, "FAILED key "+name+" "+dir)
+	if err := f.event("key " + name + " " + dir); err != nil {
+		if down {
+			f.down[name] = true // may have arrived
+		}
 		return err
 	}
-	f.events = append(f.events, "key "+name+" "+dir)
+	f.down[name] = down
 	return nil
 }
 
 func (f *fakeDisplay) Settle(ctx context.Context, quiet, max time.Duration) (time.Duration, error) {
 	f.settles = append(f.settles, fmt.Sprintf("settle %v %v", quiet, max))
-	f.events = append(f.events, "settle")
 	return f.settled, f.settleErr
+}
+
+// stuck returns what the guest may still have pressed.
+func (f *fakeDisplay) stuck() []string {
+	var out []string
+	for k, d := range f.down {
+		if d {
+			out = append(out, k)
+		}
+	}
+	if f.buttons != 0 {
+		out = append(out, fmt.Sprintf("buttons %#x", f.buttons))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // keyName names a keysym/scancode pair the way the tests spell it.
@@ -101,32 +133,21 @@ func keyName(keysym uint32, scancode uint16) string {
 	return fmt.Sprintf("%#x/%#x", keysym, scancode)
 }
 
-// newTestExecutor returns an executor on f whose sleeps are recorded as
-// events instead of slept.
+func pt(x, y int) *Point { return &Point{X: x, Y: y} }
+
+// newTestExecutor returns an executor on f with the default pacing, whose
+// sleeps advance f's virtual clock instead of taking time.
 func newTestExecutor(t *testing.T, f *fakeDisplay, size ScreenshotSize) *Executor {
 	t.Helper()
 	e, err := NewExecutor(f, ExecutorConfig{Size: size})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sleep = func(ctx context.Context, d time.Duration) error {
-		if d > 0 {
-			f.events = append(f.events, "sleep "+d.String())
-		}
+	e.pace.sleep = func(ctx context.Context, d time.Duration) error {
+		f.now += max(d, 0)
 		return ctx.Err()
 	}
 	return e
-}
-
-// inputEvents returns the recorded events without sleeps and settles.
-func inputEvents(f *fakeDisplay) []string {
-	var out []string
-	for _, e := range f.events {
-		if !strings.HasPrefix(e, "sleep") && e != "settle" {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 func run(t *testing.T, e *Executor, opts RunOptions, acts ...Action) Result {
@@ -141,161 +162,182 @@ func run(t *testing.T, e *Executor, opts RunOptions, acts ...Action) Result {
 func checkEvents(t *testing.T, got []string, want ...string) {
 	t.Helper()
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		t.Errorf("guest received:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 
 var noShot = RunOptions{Screenshot: ScreenshotNever}
 
-func TestRunClick(t *testing.T) {
-	f := newFake(100, 80)
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, ClickAt(pt(10, 20), ButtonLeft, 1))
-	checkEvents(t, f.events,
-		"ptr 10,20 0x00",
-		"ptr 10,20 0x01",
-		"sleep 15ms",
-		"ptr 10,20 0x00",
-		"settle")
-	if f.settles[0] != "settle 150ms 2s" {
-		t.Errorf("settle args %v, want the defaults", f.settles)
+// presses returns the pointer events that press bit (going from up to down).
+func presses(events []string, bit uint8) []string {
+	var out []string
+	var prev uint8
+	for _, ev := range events {
+		var x, y int
+		var mask uint8
+		if _, err := fmt.Sscanf(ev, "ptr %d,%d %v", &x, &y, &mask); err != nil {
+			continue
+		}
+		if mask&bit != 0 && prev&bit == 0 {
+			out = append(out, fmt.Sprintf("%d,%d", x, y))
+		}
+		prev = mask
 	}
+	return out
 }
 
-func TestRunDoubleClickPacing(t *testing.T) {
-	f := newFake(100, 80)
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, ClickAt(pt(5, 6), ButtonRight, 2))
-	checkEvents(t, f.events,
-		"ptr 5,6 0x00",
-		"ptr 5,6 0x04", "sleep 15ms", "ptr 5,6 0x00",
-		"sleep 50ms",
-		"ptr 5,6 0x04", "sleep 15ms", "ptr 5,6 0x00",
-		"settle")
-}
-
-func TestRunTripleClickHereWithModifiers(t *testing.T) {
-	f := newFake(100, 80)
-	f.x, f.y = 40, 30
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, ClickAt(nil, ButtonLeft, 3, "ctrl+shift"))
-	checkEvents(t, f.events,
-		"ptr 40,30 0x00",
-		"sleep 20ms", // device switch: pointer -> keyboard
-		"key Control_L down",
-		"sleep 4ms",
-		"key Shift_L down",
-		"sleep 20ms",
-		"ptr 40,30 0x01", "sleep 15ms", "ptr 40,30 0x00",
-		"sleep 50ms",
-		"ptr 40,30 0x01", "sleep 15ms", "ptr 40,30 0x00",
-		"sleep 50ms",
-		"ptr 40,30 0x01", "sleep 15ms", "ptr 40,30 0x00",
-		"sleep 20ms",
-		"key Shift_L up",
-		"sleep 4ms",
-		"key Control_L up",
-		"settle")
-}
-
-func TestRunDrag(t *testing.T) {
-	f := newFake(100, 80)
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, Action{Kind: KindDrag, From: pt(0, 0), At: pt(30, 0), Modifiers: []string{"shift"}})
-	checkEvents(t, inputEvents(f),
-		"ptr 0,0 0x00",
-		"key Shift_L down",
-		"ptr 0,0 0x01",
-		"ptr 10,0 0x01",
-		"ptr 20,0 0x01",
-		"ptr 30,0 0x01",
-		"ptr 30,0 0x00",
-		"key Shift_L up")
-	// Via points and a long segment split into <= 24 px steps.
-	f2 := newFake(200, 200)
-	e2 := newTestExecutor(t, f2, ScreenshotSize{})
-	run(t, e2, noShot, Action{Kind: KindDrag, From: pt(0, 0), Via: []Point{{100, 0}}, At: pt(100, 100), Button: ButtonMiddle})
-	ev := inputEvents(f2)
-	if ev[1] != "ptr 0,0 0x02" || ev[len(ev)-1] != "ptr 100,100 0x00" || ev[len(ev)-2] != "ptr 100,100 0x02" {
-		t.Errorf("drag events %v", ev)
-	}
-	sawVia := false
-	for _, s := range ev {
-		if s == "ptr 100,0 0x02" {
-			sawVia = true
+// keysDownAt returns the keys down when the guest received event i.
+func keysDownAt(events []string, i int) []string {
+	down := map[string]bool{}
+	for _, ev := range events[:i] {
+		if f := strings.Fields(ev); f[0] == "key" {
+			down[f[1]] = f[2] == "down"
 		}
 	}
-	if !sawVia || len(ev) != 2+5+5+1 {
-		t.Errorf("drag through via: %d events %v", len(ev), ev)
+	var out []string
+	for k, d := range down {
+		if d {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestClick: a click of any button, count and modifiers presses the button
+// count times where asked, with exactly the modifiers down at each press,
+// and leaves nothing pressed.
+func TestClick(t *testing.T) {
+	for _, c := range []struct {
+		click Click
+		bit   uint8
+		at    string
+		mods  []string
+	}{
+		{Click{At: pt(10, 20)}, maskLeft, "10,20", nil},
+		{Click{At: pt(5, 6), Button: ButtonRight, Count: 2}, maskRight, "5,6", nil},
+		{Click{At: pt(7, 8), Button: ButtonMiddle, Count: 1}, maskMiddle, "7,8", nil},
+		{Click{Count: 3, Modifiers: MustKeys("ctrl+shift")}, maskLeft, "40,30", []string{"Control_L", "Shift_L"}},
+		{Click{At: pt(1, 1), Count: 2, Modifiers: MustKeys("alt", "super")}, maskLeft, "1,1", []string{"Alt_L", "Super_L"}},
+	} {
+		f := newFake(100, 80)
+		f.x, f.y = 40, 30
+		e := newTestExecutor(t, f, ScreenshotSize{})
+		run(t, e, noShot, c.click)
+		p := presses(f.events, c.bit)
+		if len(p) != max(c.click.Count, 1) {
+			t.Errorf("%+v: %d presses, want %d; guest got %v", c.click, len(p), max(c.click.Count, 1), f.events)
+		}
+		for i, ev := range f.events {
+			if strings.HasPrefix(ev, "ptr") && strings.Contains(ev, fmt.Sprintf("%#02x", c.bit)) {
+				if !strings.HasPrefix(ev, "ptr "+c.at+" ") {
+					t.Errorf("%+v: press at %q, want %s", c.click, ev, c.at)
+				}
+				if got := keysDownAt(f.events, i); !slices.Equal(got, c.mods) {
+					t.Errorf("%+v: keys down at the press %v, want %v", c.click, got, c.mods)
+				}
+			}
+		}
+		if s := f.stuck(); len(s) != 0 {
+			t.Errorf("%+v: left pressed %v", c.click, s)
+		}
+		if len(f.settles) != 1 || f.settles[0] != "settle 150ms 2s" {
+			t.Errorf("%+v: settles %v, want one with the defaults", c.click, f.settles)
+		}
 	}
 }
 
-func TestRunDragFromPointer(t *testing.T) {
-	f := newFake(100, 80)
-	f.x, f.y = 50, 50
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, Action{Kind: KindDrag, At: pt(50, 50)})
-	checkEvents(t, inputEvents(f), "ptr 50,50 0x00", "ptr 50,50 0x01", "ptr 50,50 0x01", "ptr 50,50 0x00")
+// TestDrag: the button goes down at the start, stays down along a path
+// through every via point in steps of at most DragStepPx, and comes up at
+// the end, with the modifiers down throughout.
+func TestDrag(t *testing.T) {
+	for _, d := range []Drag{
+		{From: pt(0, 0), To: Point{30, 0}, Modifiers: MustKeys("shift")},
+		{From: pt(0, 0), Via: []Point{{100, 0}}, To: Point{100, 100}, Button: ButtonMiddle},
+		{To: Point{50, 50}}, // from where the pointer is, to the same point
+		{From: pt(199, 0), Via: []Point{{0, 199}, {199, 199}}, To: Point{0, 0}},
+	} {
+		f := newFake(200, 200)
+		f.x, f.y = 50, 50
+		e := newTestExecutor(t, f, ScreenshotSize{})
+		run(t, e, noShot, d)
+		bit, _ := buttonMask(d.Button)
+		from := Point{50, 50}
+		if d.From != nil {
+			from = *d.From
+		}
+		var path []Point
+		var sawUp bool
+		for i, ev := range f.events {
+			var x, y int
+			var mask uint8
+			if _, err := fmt.Sscanf(ev, "ptr %d,%d %v", &x, &y, &mask); err != nil {
+				continue
+			}
+			if mask&bit != 0 {
+				if sawUp {
+					t.Errorf("%+v: pressed again after the release", d)
+				}
+				path = append(path, Point{x, y})
+				if got := keysDownAt(f.events, i); !slices.Equal(got, KeyNames(d.Modifiers)) {
+					t.Errorf("%+v: keys down while dragging %v", d, got)
+				}
+			} else if len(path) > 0 {
+				sawUp = true
+				if x != d.To.X || y != d.To.Y {
+					t.Errorf("%+v: released at %d,%d", d, x, y)
+				}
+			}
+		}
+		if len(path) == 0 || path[0] != from || path[len(path)-1] != d.To || !sawUp {
+			t.Fatalf("%+v: path %v", d, path)
+		}
+		for _, v := range d.Via {
+			if !slices.Contains(path, v) {
+				t.Errorf("%+v: path %v misses via %v", d, path, v)
+			}
+		}
+		for i := 1; i < len(path); i++ {
+			if dist := math.Hypot(float64(path[i].X-path[i-1].X), float64(path[i].Y-path[i-1].Y)); dist > float64(DefaultPacing.DragStepPx)+1 {
+				t.Errorf("%+v: step %v -> %v is %.0f px", d, path[i-1], path[i], dist)
+			}
+		}
+		if s := f.stuck(); len(s) != 0 {
+			t.Errorf("%+v: left pressed %v", d, s)
+		}
+	}
 }
 
-func TestRunScrollWithModifiers(t *testing.T) {
-	f := newFake(100, 80)
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, Action{Kind: KindScroll, At: pt(7, 8), Direction: ScrollDown, Amount: 2, Modifiers: []string{"ctrl"}})
-	checkEvents(t, f.events,
-		"ptr 7,8 0x00",
-		"sleep 20ms",
-		"key Control_L down",
-		"sleep 20ms",
-		"ptr 7,8 0x10", "ptr 7,8 0x00",
-		"sleep 15ms",
-		"ptr 7,8 0x10", "ptr 7,8 0x00",
-		"sleep 20ms",
-		"key Control_L up",
-		"settle")
-	for dir, bit := range map[Direction]string{ScrollUp: "0x08", ScrollLeft: "0x20", ScrollRight: "0x40"} {
+// TestScroll: one wheel press and release per click of the amount, with the
+// direction's button, where asked.
+func TestScroll(t *testing.T) {
+	for dir, bit := range map[Direction]uint8{ScrollUp: maskWheelUp, ScrollDown: maskWheelDown, ScrollLeft: maskWheelLeft, ScrollRight: maskWheelRight} {
 		f := newFake(100, 80)
 		e := newTestExecutor(t, f, ScreenshotSize{})
-		run(t, e, noShot, Action{Kind: KindScroll, Direction: dir, Amount: 1})
-		checkEvents(t, inputEvents(f), "ptr 0,0 0x00", "ptr 0,0 "+bit, "ptr 0,0 0x00")
+		run(t, e, noShot, Scroll{At: pt(7, 8), Direction: dir, Amount: 3, Modifiers: MustKeys("ctrl")})
+		if p := presses(f.events, bit); strings.Join(p, " ") != "7,8 7,8 7,8" {
+			t.Errorf("%s: wheel presses %v; guest got %v", dir, p, f.events)
+		}
+		if s := f.stuck(); len(s) != 0 {
+			t.Errorf("%s: left pressed %v", dir, s)
+		}
 	}
 }
 
-func TestRunChord(t *testing.T) {
+func TestChord(t *testing.T) {
 	f := newFake(100, 80)
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, KeyChord("ctrl+shift+t"))
+	run(t, e, noShot, KeyPress{Keys: MustKeys("ctrl+shift+t")})
 	checkEvents(t, f.events,
-		"key Control_L down", "sleep 4ms",
-		"key Shift_L down", "sleep 4ms",
-		"key t down", "sleep 4ms",
-		"key t up", "sleep 4ms",
-		"key Shift_L up", "sleep 4ms",
-		"key Control_L up",
-		"settle")
+		"key Control_L down", "key Shift_L down", "key t down",
+		"key t up", "key Shift_L up", "key Control_L up")
 	// A key that needs Shift gets it; one already held is not pressed twice.
 	f2 := newFake(100, 80)
 	e2 := newTestExecutor(t, f2, ScreenshotSize{})
-	run(t, e2, noShot, KeyChord("ctrl", "A"), KeyChord("shift+A"))
-	checkEvents(t, inputEvents(f2),
+	run(t, e2, noShot, KeyPress{Keys: MustKeys("ctrl", "A")}, KeyPress{Keys: MustKeys("shift+A")})
+	checkEvents(t, f2.events,
 		"key Control_L down", "key Shift_L down", "key A down", "key A up", "key Shift_L up", "key Control_L up",
 		"key Shift_L down", "key A down", "key A up", "key Shift_L up")
-}
-
-func TestRunTypeShift(t *testing.T) {
-	f := newFake(100, 80)
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, TypeText("aAB!\n\r\nb"))
-	checkEvents(t, inputEvents(f),
-		"key a down", "key a up",
-		"key Shift_L down",
-		"key A down", "key A up",
-		"key B down", "key B up",
-		"key exclam down", "key exclam up",
-		"key Shift_L up",
-		"key Return down", "key Return up",
-		"key Return down", "key Return up", // \r\n is one Return
-		"key b down", "key b up")
 }
 
 // guestUS decodes key events the way a guest with a US layout and QEMU's
@@ -358,38 +400,50 @@ func guestUS(t *testing.T, events []string) string {
 	return out.String()
 }
 
-func TestRunTypeExact(t *testing.T) {
+// TestTypeExact: what a US-layout guest decodes is the text, byte for byte.
+func TestTypeExact(t *testing.T) {
 	all := make([]byte, 0, 95)
 	for c := byte(0x20); c < 0x7f; c++ {
 		all = append(all, c)
 	}
-	for _, text := range []string{
-		`Hello, World! <a href="x">`,
-		`~!@#$%^&*()_+{}|:"<>?`,
-		"`1234567890-=[]\\;',./",
-		string(all),
-		"line1\nline2\tcol\n",
-		strings.Repeat("The quick brown fox jumps over the lazy dog. ", 200), // long: not truncated
+	for _, c := range []struct{ text, want string }{
+		{`Hello, World! <a href="x">`, ""},
+		{`~!@#$%^&*()_+{}|:"<>?`, ""},
+		{"`1234567890-=[]\\;',./", ""},
+		{string(all), ""},
+		{"line1\nline2\tcol\n", ""},
+		{"aAB!\n\r\nb\rc", "aAB!\n\nb\nc"}, // \r\n is one Return, a lone \r one too
+		{strings.Repeat("The quick brown fox jumps over the lazy dog. ", 90), ""}, // long: not truncated
 	} {
 		f := newFake(100, 80)
 		e := newTestExecutor(t, f, ScreenshotSize{})
-		run(t, e, noShot, TypeText(text))
-		if got := guestUS(t, f.events); got != text {
-			t.Errorf("typed %q\n guest got %q", text, got)
+		run(t, e, noShot, TypeText{Text: c.text})
+		want := c.want
+		if want == "" {
+			want = c.text
+		}
+		if got := guestUS(t, f.events); got != want {
+			t.Errorf("typed %q\n guest got %q", c.text, got)
+		}
+		if s := f.stuck(); len(s) != 0 {
+			t.Errorf("typing %q left pressed %v", c.text, s)
 		}
 	}
 }
 
-func TestRunKeyDownUpAcrossRuns(t *testing.T) {
+func TestKeyDownUpAcrossRuns(t *testing.T) {
 	f := newFake(100, 80)
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, Action{Kind: KindKeyDown, Keys: []string{"shift"}})
-	run(t, e, noShot, ClickAt(pt(1, 1), ButtonLeft, 1, "shift")) // shift already held: not pressed again
+	run(t, e, noShot, KeyDown{Keys: MustKeys("shift")})
+	run(t, e, noShot, Click{At: pt(1, 1), Modifiers: MustKeys("shift")}) // shift already held: not pressed again
 	if keys, _ := e.Held(); strings.Join(keys, ",") != "Shift_L" {
 		t.Errorf("held keys %v", keys)
 	}
-	run(t, e, noShot, Action{Kind: KindKeyUp, Keys: []string{"shift"}})
-	checkEvents(t, inputEvents(f),
+	if !f.down["Shift_L"] {
+		t.Error("the guest does not have Shift down between runs")
+	}
+	run(t, e, noShot, KeyUp{Keys: MustKeys("shift")})
+	checkEvents(t, f.events,
 		"key Shift_L down",
 		"ptr 1,1 0x00", "ptr 1,1 0x01", "ptr 1,1 0x00",
 		"key Shift_L up")
@@ -398,110 +452,128 @@ func TestRunKeyDownUpAcrossRuns(t *testing.T) {
 	}
 }
 
-func TestRunMouseDownMoveUp(t *testing.T) {
+func TestMouseDownMoveUp(t *testing.T) {
 	f := newFake(100, 80)
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, MoveTo(10, 10))
-	run(t, e, noShot, Action{Kind: KindButtonDown, Button: ButtonLeft})
-	run(t, e, noShot, MoveTo(50, 60))
+	run(t, e, noShot, Move{To: Point{10, 10}})
+	run(t, e, noShot, ButtonDown{Button: ButtonLeft})
+	run(t, e, noShot, Move{To: Point{50, 60}})
 	if _, b := e.Held(); len(b) != 1 || b[0] != ButtonLeft {
 		t.Errorf("held buttons %v", b)
 	}
-	run(t, e, noShot, Action{Kind: KindButtonUp})
-	checkEvents(t, inputEvents(f), "ptr 10,10 0x00", "ptr 10,10 0x01", "ptr 50,60 0x01", "ptr 50,60 0x00")
+	run(t, e, noShot, ButtonUp{})
+	checkEvents(t, f.events, "ptr 10,10 0x00", "ptr 10,10 0x01", "ptr 50,60 0x01", "ptr 50,60 0x00")
 }
 
-func TestRunHoldKey(t *testing.T) {
+// TestHoldKey: the keys are down for the duration and up afterwards.
+func TestHoldKey(t *testing.T) {
 	f := newFake(100, 80)
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	run(t, e, noShot, Action{Kind: KindHoldKey, Keys: []string{"shift"}, DurationMS: 1500}, Action{Kind: KindWait, DurationMS: 250})
-	checkEvents(t, f.events, "key Shift_L down", "sleep 1.5s", "key Shift_L up", "sleep 250ms", "settle")
+	run(t, e, noShot, HoldKey{Keys: MustKeys("shift"), Duration: 1500 * time.Millisecond})
+	checkEvents(t, f.events, "key Shift_L down", "key Shift_L up")
+	if held := f.at[1] - f.at[0]; held < 1500*time.Millisecond || held > 1600*time.Millisecond {
+		t.Errorf("held %v, want 1.5 s", held)
+	}
 }
 
-// TestRunReleasesAfterError fails the display at each event of a click with
-// modifiers in turn and checks nothing stays pressed.
-func TestRunReleasesAfterError(t *testing.T) {
-	acts := []Action{
-		{Kind: KindKeyDown, Keys: []string{"alt"}}, // held on purpose; released too after a failure
-		ClickAt(pt(5, 5), ButtonLeft, 2, "ctrl+shift"),
-		TypeText("AB"),
+// releaseCases are action lists that press keys and buttons in every way.
+func releaseCases() [][]Action {
+	return [][]Action{
+		{KeyDown{Keys: MustKeys("alt")}, Click{At: pt(5, 5), Count: 2, Modifiers: MustKeys("ctrl+shift")}, TypeText{Text: "AB"}},
+		{ButtonDown{At: pt(3, 3), Button: ButtonRight}, Drag{From: pt(1, 1), Via: []Point{{40, 1}}, To: Point{40, 40}, Modifiers: MustKeys("super")}},
+		{KeyDown{Keys: MustKeys("ctrl", "A")}, Scroll{At: pt(9, 9), Direction: ScrollDown, Amount: 2, Modifiers: MustKeys("alt")}, KeyUp{Keys: MustKeys("A")}},
+		{HoldKey{Keys: MustKeys("shift+F1"), Duration: time.Millisecond}, KeyPress{Keys: MustKeys("ctrl+alt+Delete")}, TypeText{Text: "a!b@\n"}},
+		{Move{To: Point{2, 2}}, ButtonDown{}, Move{To: Point{9, 9}}, ButtonUp{}, KeyDown{Keys: MustKeys("shift")}},
 	}
-	total := func() int {
+}
+
+// TestReleasesAfterError fails the display at each event of each case in
+// turn: afterwards the guest has nothing pressed and the executor holds
+// nothing, and the error names the action.
+func TestReleasesAfterError(t *testing.T) {
+	for ci, acts := range releaseCases() {
+		total := func() int {
+			f := newFake(100, 80)
+			e := newTestExecutor(t, f, ScreenshotSize{})
+			run(t, e, noShot, acts...)
+			return f.n
+		}()
+		for failAt := 1; failAt <= total; failAt++ {
+			f := newFake(100, 80)
+			f.failAt = failAt
+			e := newTestExecutor(t, f, ScreenshotSize{})
+			res, err := e.Run(context.Background(), acts, noShot)
+			if !errors.Is(err, ErrDisplay) || !errors.Is(err, errWire) {
+				t.Fatalf("case %d fail at %d: err %v", ci, failAt, err)
+			}
+			if !strings.Contains(err.Error(), "actions[") {
+				t.Errorf("case %d fail at %d: error %q does not name the action", ci, failAt, err)
+			}
+			if s := f.stuck(); len(s) != 0 {
+				t.Errorf("case %d fail at %d: %v left pressed; guest got %v", ci, failAt, s, f.events)
+			}
+			if keys, buttons := e.Held(); len(keys)+len(buttons) != 0 {
+				t.Errorf("case %d fail at %d: executor still holds %v %v", ci, failAt, keys, buttons)
+			}
+			if res.Executed >= len(acts) {
+				t.Errorf("case %d fail at %d: executed %d", ci, failAt, res.Executed)
+			}
+		}
+		// Without a failure, Release lets go of whatever the agent held.
 		f := newFake(100, 80)
 		e := newTestExecutor(t, f, ScreenshotSize{})
 		run(t, e, noShot, acts...)
-		return f.n
-	}()
-	for failAt := 1; failAt <= total; failAt++ {
+		if err := e.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if s := f.stuck(); len(s) != 0 {
+			t.Errorf("case %d: %v left pressed after Release", ci, s)
+		}
+	}
+}
+
+// TestCancelledReleases: a request cancelled mid-action releases what it
+// pressed and what the agent held.
+func TestCancelledReleases(t *testing.T) {
+	for ci, acts := range releaseCases() {
 		f := newFake(100, 80)
-		f.failAt = failAt
 		e := newTestExecutor(t, f, ScreenshotSize{})
-		res, err := e.Run(context.Background(), acts, noShot)
-		if !errors.Is(err, ErrDisplay) || !errors.Is(err, errWire) {
-			t.Fatalf("fail at %d: err %v", failAt, err)
-		}
-		if !strings.Contains(err.Error(), "actions[") {
-			t.Errorf("fail at %d: error %q does not name the action", failAt, err)
-		}
-		down := map[string]bool{}
-		for _, ev := range f.events {
-			fs := strings.Fields(ev)
-			if fs[0] == "key" {
-				down[fs[1]] = fs[2] == "down"
-			}
-			if fs[0] == "FAILED" && fs[1] == "key" && fs[3] == "down" {
-				down[fs[2]] = true // may or may not have arrived: must be released
+		ctx, cancel := context.WithCancel(context.Background())
+		f.onEvent = func() {
+			if f.n == 3 {
+				cancel()
 			}
 		}
-		for k, d := range down {
-			if d {
-				t.Errorf("fail at %d: %s left down; events %v", failAt, k, f.events)
-			}
+		_, err := e.Run(ctx, acts, noShot)
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("case %d: err %v", ci, err)
 		}
-		if f.buttons != 0 {
-			t.Errorf("fail at %d: buttons %#x left down; events %v", failAt, f.buttons, f.events)
-		}
-		if keys, buttons := e.Held(); len(keys)+len(buttons) != 0 {
-			t.Errorf("fail at %d: executor still holds %v %v", failAt, keys, buttons)
-		}
-		if res.Executed >= len(acts) {
-			t.Errorf("fail at %d: executed %d", failAt, res.Executed)
+		if s := f.stuck(); len(s) != 0 {
+			t.Errorf("case %d: %v left pressed; guest got %v", ci, s, f.events)
 		}
 	}
 }
 
-func TestRunCancelledReleases(t *testing.T) {
-	f := newFake(100, 80)
-	e := newTestExecutor(t, f, ScreenshotSize{})
-	ctx, cancel := context.WithCancel(context.Background())
-	e.sleep = func(c context.Context, d time.Duration) error {
-		if d == time.Second {
-			cancel()
-		}
-		return c.Err()
-	}
-	_, err := e.Run(ctx, []Action{{Kind: KindHoldKey, Keys: []string{"ctrl+shift"}, DurationMS: 1000}}, noShot)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v", err)
-	}
-	checkEvents(t, inputEvents(f), "key Control_L down", "key Shift_L down", "key Shift_L up", "key Control_L up")
-}
-
-func TestRunValidatesBeforeSending(t *testing.T) {
+func TestValidatesBeforeSending(t *testing.T) {
 	f := newFake(1920, 1080)
 	e := newTestExecutor(t, f, ScreenshotSize{Mode: SizeAuto})
+	mv := Move{To: Point{1, 1}}
 	cases := []struct {
 		acts  []Action
 		field string
 		kind  error
 	}{
-		{[]Action{MoveTo(1, 1), ClickAt(pt(1366, 10), ButtonLeft, 1)}, "actions[1].x", ErrOutOfBounds},
-		{[]Action{MoveTo(1, 1), {Kind: KindDrag, From: pt(0, 800), At: pt(5, 5)}}, "actions[1].from", ErrOutOfBounds},
-		{[]Action{{Kind: KindZoom, Region: []int{0, 0, 1367, 10}}}, "actions[0].region", ErrOutOfBounds},
-		{[]Action{MoveTo(1, 1), ClickAt(nil, ButtonBack, 1)}, "actions[1].button", ErrUnsupportedButton},
-		{[]Action{MoveTo(1, 1), TypeText("ok"), TypeText("ünicode")}, "actions[2].text", ErrUntypable},
-		{[]Action{KeyChord("ctrl+nope")}, "actions[0].keys", ErrUnknownKey},
-		{[]Action{{Kind: "teleport"}}, "actions[0].kind", ErrUnsupportedAction},
+		{[]Action{mv, Click{At: pt(1366, 10)}}, "actions[1].x", ErrOutOfBounds},
+		{[]Action{mv, Drag{From: pt(0, 800), To: Point{5, 5}}}, "actions[1].from", ErrOutOfBounds},
+		{[]Action{mv, Drag{Via: []Point{{1, 1}, {1, 768}}, To: Point{5, 5}}}, "actions[1].via[1]", ErrOutOfBounds},
+		{[]Action{Zoom{Region: [4]int{0, 0, 1367, 10}}}, "actions[0].region", ErrOutOfBounds},
+		{[]Action{mv, Click{Button: ButtonBack}}, "actions[1].button", ErrUnsupportedButton},
+		{[]Action{mv, TypeText{Text: "ok"}, TypeText{Text: "ünicode"}}, "actions[2].text", ErrUntypable},
+		{[]Action{KeyPress{}}, "actions[0].keys", ErrUnknownKey},
+		{[]Action{mv, Click{Modifiers: MustKeys("a")}}, "actions[1].modifiers", ErrUnknownKey},
+		{[]Action{mv, nil}, "actions[1].kind", ErrUnsupportedAction},
+		{[]Action{Wait{}}, "actions[0].duration_ms", ErrInvalid},
 	}
 	for _, c := range cases {
 		_, err := e.Run(context.Background(), c.acts, noShot)
@@ -512,29 +584,82 @@ func TestRunValidatesBeforeSending(t *testing.T) {
 			t.Errorf("%v: sent %v before failing validation", c.acts, f.events)
 		}
 	}
-	_, err := e.Run(context.Background(), []Action{ClickAt(pt(1366, 10), ButtonLeft, 1)}, noShot)
+	_, err := e.Run(context.Background(), []Action{Click{At: pt(1366, 10)}}, noShot)
 	if !strings.Contains(err.Error(), "[1366, 10] is outside the 1366x768 screenshot") {
 		t.Errorf("off-screen message: %v", err)
 	}
 }
 
-func TestRunScaledCoordinatesAndCursor(t *testing.T) {
+// TestScaledCoordinates: on displays of several sizes, a click at any
+// screenshot pixel lands on the native pixel under its centre, and
+// cursor_position reports the screenshot pixel back.
+func TestScaledCoordinates(t *testing.T) {
+	for _, native := range [][2]int{{1920, 1080}, {1280, 800}, {1024, 768}, {2560, 1440}, {800, 600}} {
+		f := newFake(native[0], native[1])
+		e := newTestExecutor(t, f, ScreenshotSize{Mode: SizeAuto})
+		sw, sh := e.Scaler().ScreenshotSize()
+		for _, p := range []Point{{0, 0}, {sw - 1, sh - 1}, {sw / 2, sh / 2}, {sw / 3, sh - 1}, {17, 29}} {
+			f.events = nil
+			res := run(t, e, noShot, Click{At: &p}, CursorPosition{})
+			wx := (2*p.X + 1) * native[0] / (2 * sw)
+			wy := (2*p.Y + 1) * native[1] / (2 * sh)
+			if got := presses(f.events, maskLeft); len(got) != 1 || got[0] != fmt.Sprintf("%d,%d", wx, wy) {
+				t.Errorf("%v: click at screenshot %v pressed at %v, want %d,%d", native, p, got, wx, wy)
+			}
+			if want := fmt.Sprintf("X=%d,Y=%d", p.X, p.Y); res.Text != want {
+				t.Errorf("%v: cursor_position after a click at %v = %q", native, p, res.Text)
+			}
+		}
+	}
 	f := newFake(1920, 1080)
 	e := newTestExecutor(t, f, ScreenshotSize{Mode: SizeAuto})
-	res := run(t, e, RunOptions{}, ClickAt(pt(683, 384), ButtonLeft, 1), Action{Kind: KindCursorPosition})
-	if ev := inputEvents(f); ev[0] != "ptr 960,540 0x00" {
-		t.Errorf("click at screenshot 683,384 went to %v", ev[0])
-	}
-	if res.Text != "X=683,Y=384" {
-		t.Errorf("cursor_position = %q", res.Text)
-	}
+	res := run(t, e, RunOptions{}, Click{At: pt(683, 384)}, CursorPosition{})
 	if res.Image != nil {
 		t.Errorf("auto policy took a screenshot after cursor_position")
 	}
 	f.x, f.y = 1919, 1079
-	res = run(t, e, RunOptions{}, Action{Kind: KindCursorPosition})
-	if res.Text != "X=1365,Y=767" {
+	if res = run(t, e, RunOptions{}, CursorPosition{}); res.Text != "X=1365,Y=767" {
 		t.Errorf("cursor_position at the corner = %q", res.Text)
+	}
+}
+
+// TestPacing checks the pacing properties the guest needs, on a virtual
+// clock: key events at least KeyGap apart (PS/2 queue), a switch between
+// keyboard and pointer at least DeviceGap, and a triple click's presses
+// inside the shortest common double-click time (Xfce, 250 ms).
+func TestPacing(t *testing.T) {
+	f := newFake(100, 80)
+	e := newTestExecutor(t, f, ScreenshotSize{})
+	run(t, e, noShot, TypeText{Text: "aB"}, Click{At: pt(1, 1), Count: 3, Modifiers: MustKeys("ctrl")},
+		KeyPress{Keys: MustKeys("alt+Tab")}, Scroll{Direction: ScrollDown, Amount: 2})
+	p := DefaultPacing
+	var pressTimes []time.Duration
+	for i := 1; i < len(f.events); i++ {
+		gap := f.at[i] - f.at[i-1]
+		prevKey, key := strings.HasPrefix(f.events[i-1], "key"), strings.HasPrefix(f.events[i], "key")
+		switch {
+		case prevKey && key && gap < p.KeyGap:
+			t.Errorf("%q after %q: %v apart, want >= %v", f.events[i], f.events[i-1], gap, p.KeyGap)
+		case prevKey != key && gap < p.DeviceGap:
+			t.Errorf("%q after %q: %v apart on a device switch, want >= %v", f.events[i], f.events[i-1], gap, p.DeviceGap)
+		}
+		if strings.HasSuffix(f.events[i], " 0x01") {
+			pressTimes = append(pressTimes, f.at[i])
+		}
+	}
+	if len(pressTimes) != 3 {
+		t.Fatalf("presses %v", pressTimes)
+	}
+	if d := pressTimes[2] - pressTimes[0]; d >= 250*time.Millisecond || d < 2*p.ClickHold {
+		t.Errorf("triple click presses span %v", d)
+	}
+	// A Pacing of zero sends events back to back.
+	f2 := newFake(100, 80)
+	e2, _ := NewExecutor(f2, ExecutorConfig{Pacing: &Pacing{}})
+	start := time.Now()
+	run(t, e2, noShot, TypeText{Text: strings.Repeat("x", 500)})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("unpaced typing of 500 characters took %v", d)
 	}
 }
 
@@ -551,13 +676,13 @@ func decodePNG(t *testing.T, img *Image) image.Image {
 	return m
 }
 
-func TestRunScreenshotPolicyAndSettle(t *testing.T) {
+func TestScreenshotPolicyAndSettle(t *testing.T) {
 	f := newFake(1920, 1080)
 	e := newTestExecutor(t, f, ScreenshotSize{Mode: SizeAuto})
 
 	// Input then auto: settle with the quiet time, then a screenshot at the
 	// session size.
-	res := run(t, e, RunOptions{SettleQuietMS: 80, SettleMaxMS: 900}, MoveTo(1, 1))
+	res := run(t, e, RunOptions{SettleQuietMS: 80, SettleMaxMS: 900}, Move{To: Point{1, 1}})
 	if res.Image == nil || res.Image.Width != 1366 || res.Image.Height != 768 || res.Image.MediaType != "image/png" {
 		t.Fatalf("image %+v", res.Image)
 	}
@@ -570,7 +695,7 @@ func TestRunScreenshotPolicyAndSettle(t *testing.T) {
 
 	// A plain screenshot needs only a fresh frame: quiet 0.
 	f.settles = nil
-	res = run(t, e, RunOptions{}, Screenshot())
+	res = run(t, e, RunOptions{}, Screenshot{})
 	if res.Image == nil || strings.Join(f.settles, ";") != "settle 0s 2s" {
 		t.Errorf("screenshot: image %v settles %v", res.Image != nil, f.settles)
 	}
@@ -583,33 +708,40 @@ func TestRunScreenshotPolicyAndSettle(t *testing.T) {
 
 	// never: no image, but input still settles.
 	f.settles = nil
-	res = run(t, e, noShot, MoveTo(2, 2))
+	res = run(t, e, noShot, Move{To: Point{2, 2}})
 	if res.Image != nil || len(f.settles) != 1 {
 		t.Errorf("never: image %v settles %v", res.Image, f.settles)
 	}
 
+	// always after a screenshot that followed the input: no second one.
+	f.settles = nil
+	res = run(t, e, RunOptions{Screenshot: ScreenshotAlways}, Move{To: Point{2, 2}}, Screenshot{})
+	if res.Image == nil || len(f.settles) != 1 {
+		t.Errorf("always: image %v settles %v", res.Image != nil, f.settles)
+	}
+
 	// no_settle skips Settle.
 	f.settles = nil
-	run(t, e, RunOptions{NoSettle: true}, MoveTo(3, 3))
+	run(t, e, RunOptions{NoSettle: true}, Move{To: Point{3, 3}})
 	if len(f.settles) != 0 {
 		t.Errorf("no_settle settled %v", f.settles)
 	}
 
 	// A settle that hits its max is reported.
 	f.settled = 2 * time.Second
-	res = run(t, e, RunOptions{}, MoveTo(4, 4))
+	res = run(t, e, RunOptions{}, Move{To: Point{4, 4}})
 	if !res.SettleTimedOut {
 		t.Error("settle at max not reported")
 	}
 
 	// JPEG.
-	res = run(t, e, RunOptions{Format: FormatJPEG, JPEGQuality: 60}, Screenshot())
+	res = run(t, e, RunOptions{Format: FormatJPEG, JPEGQuality: 60}, Screenshot{})
 	if res.Image.MediaType != "image/jpeg" {
 		t.Errorf("media type %s", res.Image.MediaType)
 	}
 
 	// Zoom returns the zoom, not a screenshot after it.
-	res = run(t, e, RunOptions{}, Action{Kind: KindZoom, Region: []int{0, 0, 200, 100}})
+	res = run(t, e, RunOptions{}, Zoom{Region: [4]int{0, 0, 200, 100}})
 	if res.Image == nil || res.Image.Width != 1366 || res.Image.Height != 683 {
 		t.Errorf("zoom image %+v", res.Image)
 	}
@@ -639,69 +771,51 @@ func TestClaudeContentText(t *testing.T) {
 	}
 }
 
-func TestRunDisplayResize(t *testing.T) {
+func TestDisplayResize(t *testing.T) {
 	f := newFake(1920, 1080)
 	e := newTestExecutor(t, f, ScreenshotSize{Mode: SizeAuto})
 	f.w, f.h, f.img = 1280, 800, coordImage(1280, 800)
-	res := run(t, e, RunOptions{}, Screenshot())
+	res := run(t, e, RunOptions{}, Screenshot{})
 	if res.Image.Width != 1280 || res.Image.Height != 800 {
 		t.Errorf("after resize: %dx%d", res.Image.Width, res.Image.Height)
 	}
 }
 
-// TestRunRealSleep runs with the real sleeps: a triple click's pacing
-// (~145 ms) fits a 400 ms double-click time even on a loaded machine.
-func TestRunRealSleep(t *testing.T) {
-	f := newFake(100, 80)
-	e, err := NewExecutor(f, ExecutorConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := e.Run(context.Background(), []Action{ClickAt(pt(1, 1), ButtonLeft, 3)}, noShot); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 400*time.Millisecond || d < 145*time.Millisecond {
-		t.Errorf("triple click took %v", d)
-	}
-}
-
-func TestRunPointerUnknown(t *testing.T) {
+func TestPointerUnknown(t *testing.T) {
 	f := newFake(100, 80)
 	f.unknown = true
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	for _, a := range []Action{ClickAt(nil, ButtonLeft, 1), {Kind: KindScroll, Direction: ScrollUp, Amount: 1},
-		{Kind: KindCursorPosition}, {Kind: KindDrag, At: pt(5, 5)}, {Kind: KindButtonDown}} {
+	for _, a := range []Action{Click{}, Scroll{Direction: ScrollUp, Amount: 1},
+		CursorPosition{}, Drag{To: Point{5, 5}}, ButtonDown{}} {
 		_, err := e.Run(context.Background(), []Action{a}, noShot)
 		if !errors.Is(err, ErrPointerUnknown) || !strings.Contains(err.Error(), "move the pointer first") {
-			t.Errorf("%s: %v", a.Kind, err)
+			t.Errorf("%s: %v", a.Kind(), err)
 		}
 	}
-	if ev := inputEvents(f); len(ev) != 0 {
-		t.Errorf("sent %v", ev)
+	if len(f.events) != 0 {
+		t.Errorf("sent %v", f.events)
 	}
-	res := run(t, e, noShot, MoveTo(10, 10), ClickAt(nil, ButtonLeft, 1), Action{Kind: KindCursorPosition})
+	res := run(t, e, noShot, Move{To: Point{10, 10}}, Click{}, CursorPosition{})
 	if res.Text != "X=10,Y=10" {
 		t.Errorf("cursor_position after move = %q", res.Text)
 	}
 }
 
-// TestRunSettleFailureKeepsHeld: a failed settle or capture says nothing
+// TestSettleFailureKeepsHeld: a failed settle or capture says nothing
 // about the input, which was delivered; what the agent holds stays held.
-func TestRunSettleFailureKeepsHeld(t *testing.T) {
+func TestSettleFailureKeepsHeld(t *testing.T) {
 	f := newFake(100, 80)
 	f.settleErr = errors.New("stale")
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	_, err := e.Run(context.Background(), []Action{{Kind: KindKeyDown, Keys: []string{"shift"}}, Screenshot()}, RunOptions{})
+	_, err := e.Run(context.Background(), []Action{KeyDown{Keys: MustKeys("shift")}, Screenshot{}}, RunOptions{})
 	if !errors.Is(err, ErrDisplay) {
 		t.Fatalf("err %v", err)
 	}
-	if keys, _ := e.Held(); len(keys) != 1 {
+	if keys, _ := e.Held(); len(keys) != 1 || !f.down["Shift_L"] {
 		t.Errorf("held %v after a settle failure", keys)
 	}
-	checkEvents(t, inputEvents(f), "key Shift_L down")
 	if err := e.Release(); err != nil {
 		t.Fatal(err)
 	}
-	checkEvents(t, inputEvents(f), "key Shift_L down", "key Shift_L up")
+	checkEvents(t, f.events, "key Shift_L down", "key Shift_L up")
 }

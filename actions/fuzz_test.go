@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -118,23 +119,22 @@ func checkActions(t *testing.T, acts []Action) {
 	if err != nil {
 		t.Fatalf("round trip of %s: %v", b, err)
 	}
-	b2, _ := json.Marshal(back)
-	if string(b) != string(b2) {
-		t.Fatalf("round trip changed %s to %s", b, b2)
+	if !reflect.DeepEqual(acts, back) {
+		t.Fatalf("round trip of %s changed %#v to %#v", b, acts, back)
 	}
 	fd := newFake(64, 48)
 	e, err := NewExecutor(fd, ExecutorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sleep = func(context.Context, time.Duration) error { return nil }
+	e.pace.sleep = func(context.Context, time.Duration) error { return nil }
 	if _, err := e.Run(context.Background(), acts, RunOptions{Screenshot: ScreenshotNever}); err != nil && !errors.Is(err, ErrInvalid) {
 		t.Fatalf("run %s: %v", b, err)
 	}
-	if keys, buttons := e.Held(); len(keys)+len(buttons) > 0 {
-		// key_down/button_down hold on purpose; Release must clear them.
-		if err := e.Release(); err != nil {
-			t.Fatal(err)
-		}
+	if err := e.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if s := fd.stuck(); len(s) != 0 {
+		t.Fatalf("run %s left pressed %v", b, s)
 	}
 }

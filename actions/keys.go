@@ -328,7 +328,7 @@ func unknownKeyError(name string) error {
 	} else if s := suggestKey(name); s != "" {
 		msg = fmt.Sprintf("unknown key %q (did you mean %q?); %s", name, s, keyNamesHelp)
 	}
-	return &FieldError{Msg: msg, Kind: ErrUnknownKey}
+	return &FieldError{Msg: msg, Errs: []error{ErrInvalid, ErrUnknownKey}}
 }
 
 // suggestKey returns the known name closest to name, or "" when none is
@@ -388,7 +388,7 @@ func editDistance(a, b string, limit int) int {
 func ParseChord(spec string) ([]Key, error) {
 	s := strings.TrimSpace(spec)
 	if s == "" {
-		return nil, &FieldError{Msg: "empty key chord; " + keyNamesHelp, Kind: ErrUnknownKey}
+		return nil, &FieldError{Msg: "empty key chord; " + keyNamesHelp, Errs: []error{ErrInvalid, ErrUnknownKey}}
 	}
 	var tail []Key
 	switch {
@@ -404,7 +404,7 @@ func ParseChord(spec string) ([]Key, error) {
 		if part == "" {
 			return nil, &FieldError{
 				Msg:  fmt.Sprintf("empty key name in chord %q (write the plus key as \"plus\"); %s", spec, keyNamesHelp),
-				Kind: ErrUnknownKey,
+				Errs: []error{ErrInvalid, ErrUnknownKey},
 			}
 		}
 		k, err := ParseKey(part)
@@ -433,7 +433,7 @@ func KeyForRune(r rune) (Key, error) {
 	case r == '\t':
 		return keyIndex["tab"], nil
 	}
-	return Key{}, &FieldError{Msg: untypableMsg(r), Kind: ErrUntypable}
+	return Key{}, &FieldError{Msg: untypableMsg(r), Errs: []error{ErrInvalid, ErrUntypable}}
 }
 
 func untypableMsg(r rune) string {
@@ -448,11 +448,11 @@ func checkTypable(text string) error {
 	for i, r := range text {
 		if r == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(text[i:]); size <= 1 {
-				return &FieldError{Msg: fmt.Sprintf("invalid UTF-8 at byte %d", i), Kind: ErrUntypable}
+				return &FieldError{Msg: fmt.Sprintf("invalid UTF-8 at byte %d", i), Errs: []error{ErrInvalid, ErrUntypable}}
 			}
 		}
 		if _, err := KeyForRune(r); err != nil {
-			return &FieldError{Msg: fmt.Sprintf("at byte %d: %s", i, untypableMsg(r)), Kind: ErrUntypable}
+			return &FieldError{Msg: fmt.Sprintf("at byte %d: %s", i, untypableMsg(r)), Errs: []error{ErrInvalid, ErrUntypable}}
 		}
 	}
 	return nil
@@ -472,7 +472,7 @@ func parseModifiers(names []string) ([]Key, error) {
 				return nil, &FieldError{
 					Msg: fmt.Sprintf("%q is not a modifier key; modifiers are shift, ctrl, alt, super "+
 						"(cmd, win), meta and their _L/_R forms, joined with + (\"ctrl+shift\")", n),
-					Kind: ErrUnknownKey,
+					Errs: []error{ErrInvalid, ErrUnknownKey},
 				}
 			}
 			keys = append(keys, k)

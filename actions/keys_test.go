@@ -280,7 +280,7 @@ func TestParseChord(t *testing.T) {
 			t.Errorf("ParseChord(%q): %v", c.spec, err)
 			continue
 		}
-		if got := keyNames(keys); strings.Join(got, " ") != strings.Join(c.want, " ") {
+		if got := KeyNames(keys); strings.Join(got, " ") != strings.Join(c.want, " ") {
 			t.Errorf("ParseChord(%q) = %v, want %v", c.spec, got, c.want)
 		}
 	}
@@ -293,8 +293,8 @@ func TestParseChord(t *testing.T) {
 
 func TestParseModifiers(t *testing.T) {
 	keys, err := parseModifiers([]string{"ctrl+shift", "alt"})
-	if err != nil || strings.Join(keyNames(keys), ",") != "Control_L,Shift_L,Alt_L" {
-		t.Errorf("parseModifiers = %v, %v", keyNames(keys), err)
+	if err != nil || strings.Join(KeyNames(keys), ",") != "Control_L,Shift_L,Alt_L" {
+		t.Errorf("parseModifiers = %v, %v", KeyNames(keys), err)
 	}
 	_, err = parseModifiers([]string{"ctrl+a"})
 	if err == nil || !strings.Contains(err.Error(), "not a modifier") {

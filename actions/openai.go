@@ -19,6 +19,8 @@ const OpenAIWait = time.Second
 
 var openAIActions = []string{"click", "double_click", "drag", "keypress", "move", "screenshot", "scroll", "type", "wait"}
 
+var openAIButtons = []string{"left", "right", "wheel", "back", "forward"}
+
 var openAIFields = map[string][]string{
 	"click":        {"x", "y", "button"},
 	"double_click": {"x", "y"},
@@ -48,6 +50,9 @@ var openAIFields = map[string][]string{
 //   - wait: OpenAIWait.
 func TranslateOpenAI(action []byte) ([]Action, error) {
 	acts, err := translateOpenAI(action)
+	if err == nil {
+		err = validateAll(acts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("openai computer action: %w", err)
 	}
@@ -57,15 +62,15 @@ func TranslateOpenAI(action []byte) ([]Action, error) {
 func translateOpenAI(action []byte) ([]Action, error) {
 	in, err := decodeClaudeInput(action)
 	if err != nil {
-		return nil, withFieldName(err, "action")
+		return nil, renamed(err, "action")
 	}
 	var typ string
 	if err := json.Unmarshal(in["type"], &typ); err != nil {
-		return nil, fieldErr("type", ErrUnsupportedAction, "must be one of "+strings.Join(openAIActions, ", "))
+		return nil, oneOfErr("type", ErrUnsupportedAction, openAIActions, "must be one of "+strings.Join(openAIActions, ", "))
 	}
 	fields, ok := openAIFields[typ]
 	if !ok {
-		return nil, fieldErr("type", ErrUnsupportedAction, fmt.Sprintf("unknown action %q; accepted are %s", typ, strings.Join(openAIActions, ", ")))
+		return nil, oneOfErr("type", ErrUnsupportedAction, openAIActions, fmt.Sprintf("unknown action %q; accepted are %s", typ, strings.Join(openAIActions, ", ")))
 	}
 	for _, f := range sortedKeys(in) {
 		if f != "type" && !slices.Contains(fields, f) {
@@ -97,44 +102,44 @@ func translateOpenAI(action []byte) ([]Action, error) {
 		b := "left"
 		if raw, ok := in["button"]; ok {
 			if err := json.Unmarshal(raw, &b); err != nil {
-				return nil, fieldErr("button", nil, "must be a string: left, right, wheel, back or forward")
+				return nil, oneOfErr("button", nil, openAIButtons, "must be a string: left, right, wheel, back or forward")
 			}
 		}
 		switch b {
 		case "left":
-			return []Action{ClickAt(at, ButtonLeft, 1)}, nil
+			return []Action{Click{At: at, Button: ButtonLeft, Count: 1}}, nil
 		case "right":
-			return []Action{ClickAt(at, ButtonRight, 1)}, nil
+			return []Action{Click{At: at, Button: ButtonRight, Count: 1}}, nil
 		case "wheel", "middle":
-			return []Action{ClickAt(at, ButtonMiddle, 1)}, nil
+			return []Action{Click{At: at, Button: ButtonMiddle, Count: 1}}, nil
 		case "back":
-			return []Action{MoveTo(at.X, at.Y), KeyChord("Alt_L", "Left")}, nil
+			return []Action{Move{To: *at}, KeyPress{Keys: MustKeys("Alt_L", "Left")}}, nil
 		case "forward":
-			return []Action{MoveTo(at.X, at.Y), KeyChord("Alt_L", "Right")}, nil
+			return []Action{Move{To: *at}, KeyPress{Keys: MustKeys("Alt_L", "Right")}}, nil
 		}
-		return nil, fieldErr("button", nil, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", b))
+		return nil, oneOfErr("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", b))
 	case "double_click":
 		at, err := xy()
 		if err != nil {
 			return nil, err
 		}
-		return []Action{ClickAt(at, ButtonLeft, 2)}, nil
+		return []Action{Click{At: at, Button: ButtonLeft, Count: 2}}, nil
 	case "move":
 		at, err := xy()
 		if err != nil {
 			return nil, err
 		}
-		return []Action{{Kind: KindMove, At: at}}, nil
+		return []Action{Move{To: *at}}, nil
 	case "screenshot":
-		return []Action{Screenshot()}, nil
+		return []Action{Screenshot{}}, nil
 	case "wait":
-		return []Action{Wait(OpenAIWait)}, nil
+		return []Action{Wait{Duration: OpenAIWait}}, nil
 	case "type":
 		text, err := claudeText(in, "text")
 		if err != nil {
 			return nil, err
 		}
-		a := TypeText(text)
+		a := TypeText{Text: text}
 		if err := a.Validate(); err != nil {
 			return nil, err
 		}
@@ -144,7 +149,7 @@ func translateOpenAI(action []byte) ([]Action, error) {
 		if err := json.Unmarshal(in["keys"], &names); err != nil || len(names) == 0 {
 			return nil, fieldErr("keys", ErrUnknownKey, "must be a non-empty array of key names such as [\"CTRL\", \"C\"]")
 		}
-		var keys []string
+		var keys []Key
 		for _, n := range names {
 			if len(n) == 1 && n[0] >= 'A' && n[0] <= 'Z' {
 				n = strings.ToLower(n)
@@ -153,9 +158,9 @@ func translateOpenAI(action []byte) ([]Action, error) {
 			if err != nil {
 				return nil, withPrefix("keys", err)
 			}
-			keys = append(keys, k.Name)
+			keys = append(keys, k)
 		}
-		a := KeyChord(keys...)
+		a := KeyPress{Keys: keys}
 		if err := a.Validate(); err != nil {
 			return nil, err
 		}
@@ -176,7 +181,7 @@ func translateOpenAI(action []byte) ([]Action, error) {
 				return nil, err
 			}
 		}
-		acts := []Action{{Kind: KindMove, At: at}}
+		acts := []Action{Move{To: *at}}
 		if a, ok := pixelScroll(at, sy, ScrollDown, ScrollUp); ok {
 			acts = append(acts, a)
 		}
@@ -209,7 +214,11 @@ func translateOpenAI(action []byte) ([]Action, error) {
 			pts[i] = Point{X: x, Y: y}
 		}
 		last := pts[len(pts)-1]
-		return []Action{{Kind: KindDrag, From: &pts[0], Via: pts[1 : len(pts)-1], At: &last, Button: ButtonLeft}}, nil
+		var via []Point
+		if len(pts) > 2 {
+			via = pts[1 : len(pts)-1]
+		}
+		return []Action{Drag{From: &pts[0], Via: via, To: last, Button: ButtonLeft}}, nil
 	}
 	return nil, fieldErr("type", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", typ))
 }
@@ -218,7 +227,7 @@ func translateOpenAI(action []byte) ([]Action, error) {
 // directions of positive and negative offsets.
 func pixelScroll(at *Point, px int, pos, neg Direction) (Action, bool) {
 	if px == 0 {
-		return Action{}, false
+		return nil, false
 	}
 	dir := pos
 	if px < 0 {
@@ -226,7 +235,7 @@ func pixelScroll(at *Point, px int, pos, neg Direction) (Action, bool) {
 	}
 	n := int(math.Round(math.Abs(float64(px)) / OpenAIScrollPixelsPerClick))
 	n = min(max(n, 1), MaxScrollAmount)
-	return Action{Kind: KindScroll, At: at, Direction: dir, Amount: n}, true
+	return Scroll{At: at, Direction: dir, Amount: n}, true
 }
 
 // nonNegInt reads a required non-negative integer.
@@ -242,14 +251,4 @@ func nonNegInt(field string, raw json.RawMessage) (int, error) {
 		return 0, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", v))
 	}
 	return v, nil
-}
-
-// withFieldName renames the field of a *FieldError.
-func withFieldName(err error, field string) error {
-	if fe, ok := err.(*FieldError); ok {
-		c := *fe
-		c.Field = field
-		return &c
-	}
-	return err
 }

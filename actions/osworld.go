@@ -55,6 +55,9 @@ var osworldParams = map[string][]string{
 //   - WAIT waits OSWorldWait.
 func TranslateOSWorld(action []byte) (acts []Action, terminal string, err error) {
 	acts, terminal, err = translateOSWorld(action)
+	if err == nil {
+		err = validateAll(acts)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("osworld computer_13 action: %w", err)
 	}
@@ -76,7 +79,7 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 	} else {
 		in, err := decodeClaudeInput(action)
 		if err != nil {
-			return nil, "", withFieldName(err, "action")
+			return nil, "", renamed(err, "action")
 		}
 		for _, f := range sortedKeys(in) {
 			if f != "action_type" && f != "parameters" {
@@ -84,19 +87,19 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 			}
 		}
 		if err := json.Unmarshal(in["action_type"], &typ); err != nil {
-			return nil, "", fieldErr("action_type", ErrUnsupportedAction, "must be a string: one of "+strings.Join(osworldActions, ", "))
+			return nil, "", oneOfErr("action_type", ErrUnsupportedAction, osworldActions, "must be a string: one of "+strings.Join(osworldActions, ", "))
 		}
 		if raw, ok := in["parameters"]; ok {
 			p, err := decodeClaudeInput(raw)
 			if err != nil {
-				return nil, "", withFieldName(err, "parameters")
+				return nil, "", renamed(err, "parameters")
 			}
 			params = p
 		}
 	}
 	allowed, ok := osworldParams[typ]
 	if !ok {
-		return nil, "", fieldErr("action_type", ErrUnsupportedAction,
+		return nil, "", oneOfErr("action_type", ErrUnsupportedAction, osworldActions,
 			fmt.Sprintf("unknown action %q; computer_13 has %s", typ, strings.Join(osworldActions, ", ")))
 	}
 	for _, f := range sortedKeys(params) {
@@ -143,16 +146,16 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		}
 		return "", fieldErr("parameters.button", nil, fmt.Sprintf("must be left, right or middle, got %q", b))
 	}
-	key := func(field string, raw json.RawMessage) (string, error) {
+	key := func(field string, raw json.RawMessage) (Key, error) {
 		var n string
 		if err := json.Unmarshal(raw, &n); err != nil {
-			return "", fieldErr(field, ErrUnknownKey, "must be a key name string such as \"enter\" or \"a\"")
+			return Key{}, fieldErr(field, ErrUnknownKey, "must be a key name string such as \"enter\" or \"a\"")
 		}
 		k, err := ParseKey(n)
 		if err != nil {
-			return "", withPrefix(field, err)
+			return Key{}, withPrefix(field, err)
 		}
-		return k.Name, nil
+		return k, nil
 	}
 	need := func(fs ...string) error {
 		for _, f := range fs {
@@ -167,13 +170,13 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 	case "DONE", "FAIL":
 		return nil, typ, nil
 	case "WAIT":
-		return []Action{Wait(OSWorldWait)}, "", nil
+		return []Action{Wait{Duration: OSWorldWait}}, "", nil
 	case "MOVE_TO":
 		at, err := optXY(true)
 		if err != nil {
 			return nil, "", err
 		}
-		return []Action{{Kind: KindMove, At: at}}, "", nil
+		return []Action{Move{To: *at}}, "", nil
 	case "CLICK", "RIGHT_CLICK", "DOUBLE_CLICK":
 		at, err := optXY(false)
 		if err != nil {
@@ -198,23 +201,22 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 				}
 			}
 		}
-		return []Action{ClickAt(at, b, n)}, "", nil
+		return []Action{Click{At: at, Button: b, Count: n}}, "", nil
 	case "MOUSE_DOWN", "MOUSE_UP":
 		b, err := button()
 		if err != nil {
 			return nil, "", err
 		}
-		k := KindButtonDown
 		if typ == "MOUSE_UP" {
-			k = KindButtonUp
+			return []Action{ButtonUp{Button: b}}, "", nil
 		}
-		return []Action{{Kind: k, Button: b}}, "", nil
+		return []Action{ButtonDown{Button: b}}, "", nil
 	case "DRAG_TO":
 		at, err := optXY(true)
 		if err != nil {
 			return nil, "", err
 		}
-		return []Action{{Kind: KindDrag, At: at, Button: ButtonLeft}}, "", nil
+		return []Action{Drag{To: *at, Button: ButtonLeft}}, "", nil
 	case "SCROLL":
 		if err := need("dx", "dy"); err != nil {
 			return nil, "", err
@@ -243,7 +245,7 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 			if s.v < 0 {
 				d = s.neg
 			}
-			acts = append(acts, Action{Kind: KindScroll, Direction: d, Amount: int(math.Abs(float64(s.v)))})
+			acts = append(acts, Scroll{Direction: d, Amount: int(math.Abs(float64(s.v)))})
 		}
 		if len(acts) == 0 {
 			return nil, "", fieldErr("parameters.dy", nil, "dx and dy are both 0: nothing to scroll")
@@ -255,9 +257,9 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		}
 		text, err := claudeText(params, "text")
 		if err != nil {
-			return nil, "", withFieldName(err, "parameters.text")
+			return nil, "", renamed(err, "parameters.text")
 		}
-		a := TypeText(text)
+		a := TypeText{Text: text}
 		if err := a.Validate(); err != nil {
 			return nil, "", withPrefix("parameters.", err)
 		}
@@ -270,8 +272,14 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		k := map[string]Kind{"PRESS": KindKey, "KEY_DOWN": KindKeyDown, "KEY_UP": KindKeyUp}[typ]
-		return []Action{{Kind: k, Keys: []string{n}}}, "", nil
+		switch keys := []Key{n}; typ {
+		case "KEY_DOWN":
+			return []Action{KeyDown{Keys: keys}}, "", nil
+		case "KEY_UP":
+			return []Action{KeyUp{Keys: keys}}, "", nil
+		default:
+			return []Action{KeyPress{Keys: keys}}, "", nil
+		}
 	case "HOTKEY":
 		if err := need("keys"); err != nil {
 			return nil, "", err
@@ -280,15 +288,15 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		if err := json.Unmarshal(params["keys"], &raws); err != nil || len(raws) == 0 {
 			return nil, "", fieldErr("parameters.keys", ErrUnknownKey, "must be a non-empty list of key names such as [\"ctrl\", \"c\"]")
 		}
-		var names []string
+		var keys []Key
 		for i, raw := range raws {
-			n, err := key(fmt.Sprintf("parameters.keys[%d]", i), raw)
+			k, err := key(fmt.Sprintf("parameters.keys[%d]", i), raw)
 			if err != nil {
 				return nil, "", err
 			}
-			names = append(names, n)
+			keys = append(keys, k)
 		}
-		a := KeyChord(names...)
+		a := KeyPress{Keys: keys}
 		if err := a.Validate(); err != nil {
 			return nil, "", withPrefix("parameters.", err)
 		}

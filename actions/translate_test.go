@@ -3,8 +3,11 @@ package actions
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTranslateOpenAI(t *testing.T) {
@@ -134,21 +137,21 @@ func TestTranslateOSWorld(t *testing.T) {
 
 func TestNeutralJSONRoundTrip(t *testing.T) {
 	acts := []Action{
-		MoveTo(10, 20),
-		{Kind: KindButtonDown, Button: ButtonLeft},
-		{Kind: KindButtonUp, Button: ButtonLeft, At: pt(30, 40)},
-		ClickAt(pt(10, 20), ButtonLeft, 2, "ctrl"),
-		{Kind: KindDrag, From: pt(10, 20), Via: []Point{{50, 20}}, At: pt(90, 60), Button: ButtonLeft, Modifiers: []string{"shift"}},
-		{Kind: KindScroll, At: pt(500, 400), Direction: ScrollDown, Amount: 3, Modifiers: []string{"ctrl"}},
-		KeyChord("ctrl", "shift", "t"),
-		{Kind: KindKeyDown, Keys: []string{"shift"}},
-		{Kind: KindKeyUp, Keys: []string{"shift"}},
-		{Kind: KindHoldKey, Keys: []string{"shift"}, DurationMS: 1500},
-		TypeText("Hello, World!\n"),
-		{Kind: KindWait, DurationMS: 500},
-		Screenshot(),
-		{Kind: KindZoom, Region: []int{0, 0, 400, 300}, Width: 800},
-		{Kind: KindCursorPosition},
+		Move{To: Point{10, 20}},
+		ButtonDown{Button: ButtonLeft},
+		ButtonUp{Button: ButtonLeft, At: pt(30, 40)},
+		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("ctrl")},
+		Drag{From: pt(10, 20), Via: []Point{{50, 20}}, To: Point{90, 60}, Button: ButtonLeft, Modifiers: MustKeys("shift")},
+		Scroll{At: pt(500, 400), Direction: ScrollDown, Amount: 3, Modifiers: MustKeys("ctrl")},
+		KeyPress{Keys: MustKeys("ctrl", "shift", "t")},
+		KeyDown{Keys: MustKeys("shift")},
+		KeyUp{Keys: MustKeys("shift")},
+		HoldKey{Keys: MustKeys("shift"), Duration: 1500 * time.Millisecond},
+		TypeText{Text: "Hello, World!\n"},
+		Wait{Duration: 500 * time.Millisecond},
+		Screenshot{},
+		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
+		CursorPosition{},
 	}
 	b, err := json.Marshal(acts)
 	if err != nil {
@@ -158,14 +161,32 @@ func TestNeutralJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DecodeActions(%s): %v", b, err)
 	}
-	b2, _ := json.Marshal(back)
-	if string(b) != string(b2) {
-		t.Errorf("round trip:\n%s\n%s", b, b2)
+	if !reflect.DeepEqual(acts, back) {
+		t.Errorf("round trip:\n%#v\n%#v", acts, back)
 	}
-	// The documented example.
-	one, err := DecodeActions([]byte(`{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]}`))
-	if err != nil || len(one) != 1 || one[0].At == nil || one[0].At.X != 10 || one[0].Count != 2 {
-		t.Errorf("example: %+v %v", one, err)
+	if len(acts) != len(Kinds) {
+		t.Errorf("the round trip covers %d kinds of %d", len(acts), len(Kinds))
+	}
+	// The documented examples, as a client sends them: every kind parses
+	// into its own type with its fields.
+	got, err := DecodeActions([]byte(`[
+		{"kind":"click","x":10,"y":20,"count":2},
+		{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]},
+		{"kind":"key","keys":["ctrl+shift+t"]},
+		{"kind":"hold_key","keys":["shift"],"duration_ms":1500},
+		{"kind":"zoom","region":[0,0,400,300],"width":800}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Action{
+		Click{At: pt(10, 20), Count: 2},
+		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("Control_L")},
+		KeyPress{Keys: MustKeys("Control_L", "Shift_L", "t")},
+		HoldKey{Keys: MustKeys("Shift_L"), Duration: 1500 * time.Millisecond},
+		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("examples:\n got %#v\nwant %#v", got, want)
 	}
 }
 
@@ -198,11 +219,78 @@ func TestDecodeActionsErrors(t *testing.T) {
 		{`[{"kind":"move","x":1,"y":1},{"kind":"move","x":-5,"y":1}]`, "actions[1].x", "non-negative"},
 		{`{"kind":"move","x":1}`, "actions[0].y", "together"},
 		{`"move"`, "actions", "JSON array"},
+		{`[{"kind":"type","text":"` + strings.Repeat("a", MaxTextRunes+1) + `"}]`, "actions[0].text", "at most 4096"},
+		{`[{"kind":"zoom","region":[0,0,1,1],"width":4096,"height":4096}]`, "actions[0].width", "pixels"},
+		{`[` + strings.Repeat(`{"kind":"screenshot"},`, MaxActions) + `{"kind":"screenshot"}]`, "actions", "at most 100 actions"},
 	}
 	for _, c := range cases {
 		_, err := DecodeActions([]byte(c.in))
 		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field || !strings.Contains(err.Error(), c.contains) {
 			t.Errorf("%s: err %v (field %q), want field %q containing %q", c.in, err, fieldOf(err), c.field, c.contains)
+		}
+	}
+}
+
+// TestLimitsNameFieldAndLimit: every cap is refused with a FieldError that
+// carries the field and the limit, so an agent can split its request.
+func TestLimitsNameFieldAndLimit(t *testing.T) {
+	many := make([]Action, MaxActions+1)
+	for i := range many {
+		many[i] = Screenshot{}
+	}
+	e, err := NewExecutor(newFake(100, 80), ExecutorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, runErr := e.Run(t.Context(), many, noShot)
+	_, claudeErr := TranslateClaude(Computer20251124, []byte(`{"action":"key","text":"`+strings.Repeat("a ", MaxTextRunes)+`"}`))
+	for _, c := range []struct {
+		name  string
+		err   error
+		field string
+		limit int
+	}{
+		{"run count", runErr, "actions", MaxActions},
+		{"claude key text", claudeErr, "text", MaxTextRunes},
+		{"type text", TypeText{Text: strings.Repeat("x", MaxTextRunes+1)}.Validate(), "text", MaxTextRunes},
+		{"zoom area", Zoom{Region: [4]int{0, 0, 1, 1}, Width: 4096, Height: 2048}.Validate(), "width", MaxZoomPixels},
+		{"drag via", Drag{Via: make([]Point, MaxDragVia+1)}.Validate(), "via", MaxDragVia},
+	} {
+		fe, ok := errors.AsType[*FieldError](c.err)
+		if !ok || fe.Field != c.field || fe.Limit != c.limit || !errors.Is(c.err, ErrTooLarge) || !errors.Is(c.err, ErrInvalid) {
+			t.Errorf("%s: %v, want field %s limit %d", c.name, c.err, c.field, c.limit)
+		}
+	}
+	if err := (TypeText{Text: strings.Repeat("é", 10)}).Validate(); errors.Is(err, ErrTooLarge) {
+		t.Errorf("text is counted in bytes, not runes: %v", err)
+	}
+	// A zoom whose derived side makes it huge is refused when planned: a
+	// 1-pixel-wide strip the full height, asked 4096 wide.
+	f := newFake(1920, 1080)
+	e, _ = NewExecutor(f, ExecutorConfig{})
+	_, err = e.Run(t.Context(), []Action{Zoom{Region: [4]int{0, 0, 1, 1080}, Width: 4096}}, noShot)
+	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "actions[0].width" || fe.Limit != MaxZoomPixels {
+		t.Errorf("derived zoom: %v", err)
+	}
+}
+
+// TestAcceptedValues: refusals of a value outside a fixed set list the set.
+func TestAcceptedValues(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{func() error { _, err := DecodeActions([]byte(`[{"kind":"fly"}]`)); return err }(), "cursor_position"},
+		{Click{Button: "thumb"}.Validate(), "forward"},
+		{Scroll{Direction: "in", Amount: 1}.Validate(), "right"},
+		{func() error { _, err := TranslateClaude(Computer20250124, []byte(`{"action":"zoom"}`)); return err }(), "triple_click"},
+		{func() error { _, err := TranslateOpenAI([]byte(`{"type":"fly"}`)); return err }(), "keypress"},
+		{func() error { _, _, err := TranslateOSWorld([]byte(`{"action_type":"FLY"}`)); return err }(), "HOTKEY"},
+		{RunOptions{Screenshot: "sometimes"}.Validate(), "never"},
+	} {
+		fe, ok := errors.AsType[*FieldError](c.err)
+		if !ok || !slices.Contains(fe.Accepted, c.want) {
+			t.Errorf("%v: accepted values lack %q", c.err, c.want)
 		}
 	}
 }

@@ -47,13 +47,37 @@ func (a *activity) record(id string, acts []actions.Action, res actions.Result, 
 		if i >= res.Executed {
 			break
 		}
-		ev := ActivityEvent{Time: now, Source: "agent", Kind: string(act.Kind), Button: string(act.Button),
-			Count: act.Count, Keys: act.Keys, Text: act.Text, Direction: string(act.Direction), Amount: act.Amount}
-		if act.At != nil {
-			ev.X, ev.Y = native(sc, *act.At)
+		ev := ActivityEvent{Time: now, Source: "agent", Kind: string(act.Kind())}
+		var at, from *actions.Point
+		switch a := act.(type) {
+		case actions.Move:
+			at = &a.To
+		case actions.ButtonDown:
+			at, ev.Button = a.At, string(a.Button)
+		case actions.ButtonUp:
+			at, ev.Button = a.At, string(a.Button)
+		case actions.Click:
+			at, ev.Button, ev.Count = a.At, string(a.Button), a.Count
+		case actions.Drag:
+			at, from, ev.Button = &a.To, a.From, string(a.Button)
+		case actions.Scroll:
+			at, ev.Direction, ev.Amount = a.At, string(a.Direction), a.Amount
+		case actions.KeyPress:
+			ev.Keys = actions.KeyNames(a.Keys)
+		case actions.KeyDown:
+			ev.Keys = actions.KeyNames(a.Keys)
+		case actions.KeyUp:
+			ev.Keys = actions.KeyNames(a.Keys)
+		case actions.HoldKey:
+			ev.Keys = actions.KeyNames(a.Keys)
+		case actions.TypeText:
+			ev.Text = a.Text
 		}
-		if act.From != nil {
-			ev.FromX, ev.FromY = native(sc, *act.From)
+		if at != nil {
+			ev.X, ev.Y = native(sc, *at)
+		}
+		if from != nil {
+			ev.FromX, ev.FromY = native(sc, *from)
 		}
 		evs = append(evs, ev)
 	}

@@ -55,6 +55,7 @@ var sentinels = []sentinel{
 	{pool.ErrPoolFull, api.CodePoolFull},
 	{pool.ErrHostFull, api.CodeHostFull},
 
+	{actions.ErrTooLarge, api.CodeTooLarge},
 	{actions.ErrUnsupportedAction, api.CodeUnsupportedAction},
 	{actions.ErrUnknownKey, api.CodeUnknownKey},
 	{actions.ErrUntypable, api.CodeUntypable},

@@ -21,6 +21,12 @@ type Error struct {
 	// Errs are the sentinels this error stands for (e.g. vmm.ErrInvalid,
 	// actions.ErrOutOfBounds); errors.Is matches any of them.
 	Errs []error
+	// Accepted lists the values the field takes when it takes one of a
+	// fixed set (action kinds, buttons, tool versions); nil otherwise.
+	Accepted []string
+	// Limit is the cap a value or a count exceeded (100 actions, 4096
+	// characters); 0 when the refusal is not about a cap.
+	Limit int
 }
 
 // New returns an Error for field wrapping the sentinels errs.
