@@ -109,6 +109,15 @@ func (s *testSource) close() {
 	}
 }
 
+// clientSource makes a Client the FrameSource of a Server, as web does
+// for the takeover path.
+type clientSource struct{ *Client }
+
+func (c clientSource) Damage() (<-chan Damage, func()) {
+	s := c.Subscribe()
+	return s.C, s.Close
+}
+
 // inputEvent is one call to a testSink.
 type inputEvent struct {
 	kind    string // "key" or "pointer"
@@ -847,4 +856,38 @@ func FuzzReadClientMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestServerRelaysClient is the takeover path without a VM: a fake QEMU
+// (fakeServer), the Client mirroring it, a Server fed by that Client, and
+// a second Client as the viewer, whose input reaches the fake QEMU.
+func TestServerRelaysClient(t *testing.T) {
+	qemu := newFakeServer(t, 160, 100)
+	mirror := dialFake(t, qemu)
+	viewer, _ := dialServer(t, &Server{Source: clientSource{mirror}, Input: clientInput{mirror}, Log: quietLogger(t)})
+	mustMatch(t, viewer.SnapshotRaw(), qemu.snapshot(), "first frame")
+
+	qemu.draw(image.Rect(20, 10, 60, 40), red)
+	settle(t, mirror, 0, 5*time.Second)
+	waitMirror(t, viewer, qemu.snapshot(), "after a draw")
+
+	must(t, viewer.Pointer(30, 20, 1))
+	must(t, viewer.Pointer(30, 20, 0))
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.ContainsFunc(qemu.inputEvents(), func(e clientEvent) bool {
+		return e.kind == "pointer" && e.x == 30 && e.y == 20 && e.buttons == 1
+	}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the viewer's click never reached QEMU: %+v", qemu.inputEvents())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// clientInput passes a viewer's input to a Client, as web does.
+type clientInput struct{ c *Client }
+
+func (i clientInput) Key(down bool, keysym uint32) error { return i.c.Key(keysym, 0, down) }
+func (i clientInput) Pointer(x, y int, buttons uint8) error {
+	return i.c.Pointer(x, y, buttons)
 }
