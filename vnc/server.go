@@ -125,10 +125,11 @@ type ServeStats struct {
 
 // Serve runs the RFB server on conn until the viewer goes away, ctx ends,
 // the source closes or the viewer breaks the protocol. It closes conn, and
-// returns only after its last call to Input. A viewer that hangs up
-// (end of stream between messages, or a reset) ends it with a nil error; a handshake not finished in
-// time wraps ErrHandshakeTimeout; a framebuffer beyond MaxFramebufferSide
-// wraps ErrFramebufferTooLarge.
+// returns only after its last call to Input. A viewer that hangs up (end of
+// stream between messages, or a reset) ends it with a nil error; a
+// handshake not finished in time wraps ErrHandshakeTimeout; a framebuffer
+// beyond MaxFramebufferSide wraps ErrFramebufferTooLarge; a cancelled ctx
+// returns its error.
 func (s *Server) Serve(ctx context.Context, conn ServerConn) (ServeStats, error) {
 	c := &serverConn{srv: s, conn: conn, log: s.Log, held: map[uint32]bool{}, wake: make(chan struct{}, 1)}
 	if c.log == nil {
