@@ -270,8 +270,8 @@ func (c *Client) connect(n int) (*session, error) {
 		return nil, fmt.Errorf("rfb handshake: %w", err)
 	}
 	w, h := int(vc.FrameBufferWidth), int(vc.FrameBufferHeight)
-	if w < 1 || h < 1 {
-		s.fail(fmt.Errorf("server framebuffer %dx%d: %w", w, h, ErrProtocol))
+	if err := checkFramebufferSize(w, h); err != nil {
+		s.fail(fmt.Errorf("server init: %w", err))
 		<-s.bc.loopDone
 		return nil, s.error()
 	}

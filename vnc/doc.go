@@ -1,6 +1,17 @@
-// Package vnc is deskfarm's one RFB client per VM: a live mirror of the
-// guest framebuffer and the input path into the guest. [Client] implements
-// actions.Display.
+// Package vnc owns both sides of RFB (the VNC protocol, RFC 6143) in
+// deskfarm:
+//
+//   - [Client] is the one RFB client per VM: a live mirror of the guest
+//     framebuffer and the input path into the guest. It implements
+//     actions.Display.
+//   - [Server] is the RFB server of the takeover path: web hands it a
+//     viewer's websocket (noVNC) and it shows the Client's mirror and
+//     passes input back, so every VM keeps exactly one connection to QEMU
+//     however many people watch.
+//
+// Both share one set of message builders and parsers (messages.go,
+// update.go), one [PixelFormat] with its converters and encoders
+// (pixel.go), and one framebuffer limit, [MaxFramebufferSide].
 //
 // # Transport
 //
@@ -119,4 +130,40 @@
 // [Client.Subscribe] delivers the damaged rectangle of every change on a
 // one-slot channel; a subscriber that falls behind gets the union of what it
 // missed, and never stalls the reader.
+//
+// # Server
+//
+// [Server.Serve] speaks RFB 3.8 on one viewer connection, with security
+// type None (whoever hands it the connection has authorised the viewer; web
+// checks the control token). A viewer must finish the handshake within
+// HandshakeTimeout. ServerInit announces the source's size in
+// [WireFormat]; a viewer may ask for any 32 bpp true-colour format with
+// 8-bit channels at any shifts and byte order (noVNC asks for red at 0).
+//
+// A [FrameSource] supplies snapshots and damage notifications (the Client,
+// through web). Updates are raw rectangles of everything damaged since the
+// last update, plus any region a non-incremental request names, sent once
+// the viewer has a request pending; like QEMU's they are not cut to the
+// requested region, which is what lets this package's Client, with its one
+// pixel requests, be a viewer too (the tests use it as one). A region over
+// 4M pixels goes as several rectangles of whole rows, each in its own
+// write. A size change goes as DesktopSize with the whole new frame; a
+// viewer that did not advertise DesktopSize is disconnected then. Encoding
+// is per pixel format (fast paths for QEMU's x8r8g8b8 and for RGBX), and
+// bits no channel uses are set as in QEMU's surface, so a full frame in
+// WireFormat is byte for byte the message QEMU 7.2 sends for it
+// (TestServerFrameIsQEMUs, on the capture in testdata).
+//
+// Input: key, pointer and QEMU messages are always read. They reach the
+// [InputSink] only while InputAllowed says so (web: the connection's
+// control token is still the VM's current one); otherwise they are dropped.
+// QEMU's extended key event is always dropped, since the server does not
+// offer it. ClientCutText is read and dropped, up to 1 MiB; more ends the
+// connection. The server tracks the keys and buttons its viewer holds and
+// releases them through the sink when the connection ends, when an input
+// message finds input revoked, or at the next RevokeCheck tick while the
+// viewer sends nothing: a person who closes the tab mid-drag or loses
+// control mid-chord leaves nothing held in the guest. (A release is a key
+// up for the keysym; if the agent holds the same key at that moment, it is
+// released too.)
 package vnc

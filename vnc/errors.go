@@ -19,6 +19,13 @@ var (
 	ErrUnsupportedEncoding = errors.New("unsupported rfb encoding")
 	// ErrUnsupportedPixelFormat means a pixel format this client cannot decode.
 	ErrUnsupportedPixelFormat = errors.New("unsupported rfb pixel format")
+	// ErrFramebufferTooLarge means a framebuffer side exceeds
+	// MaxFramebufferSide: in a ServerInit or DesktopSize the client got, or
+	// in the frame source a Server was asked to serve.
+	ErrFramebufferTooLarge = errors.New("rfb framebuffer too large")
+	// ErrHandshakeTimeout means an RFB client did not finish the handshake
+	// within the Server's HandshakeTimeout.
+	ErrHandshakeTimeout = errors.New("rfb handshake not finished in time")
 	// ErrStale means Settle could not prove the mirror current in time: no
 	// fresh update arrived before its max.
 	ErrStale = errors.New("framebuffer not known to be current")

@@ -3,6 +3,7 @@ package vnc
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // PixelFormat is an RFB pixel format (RFC 6143 section 7.4).
@@ -115,4 +116,73 @@ func (c converter) row(dst, src []byte) bool {
 		}
 	}
 	return changed
+}
+
+// unmarshalPixelFormat parses a 16-byte PIXEL_FORMAT structure.
+func unmarshalPixelFormat(b [16]byte) PixelFormat {
+	return PixelFormat{
+		BPP: b[0], Depth: b[1], BigEndian: b[2] != 0, TrueColor: b[3] != 0,
+		RedMax:   binary.BigEndian.Uint16(b[4:]),
+		GreenMax: binary.BigEndian.Uint16(b[6:]),
+		BlueMax:  binary.BigEndian.Uint16(b[8:]),
+		RedShift: b[10], GreenShift: b[11], BlueShift: b[12],
+	}
+}
+
+// encoder turns opaque RGBA pixels into a pixel format a viewer asked the
+// Server for: 32 bpp true colour with 8-bit channels (max 255) at any
+// shifts up to 24, either byte order. The depth field is not checked:
+// clients announce 24 or 32 for the same layout. Bits no channel uses are
+// set, as in QEMU's x8r8g8b8 surface (its raw frames carry 0xff there), so
+// a frame in WireFormat is byte for byte what QEMU sends.
+type encoder struct {
+	pf   PixelFormat
+	pad  uint32 // bits no channel uses
+	kind convKind
+}
+
+// newEncoder checks that pf is one the server encodes.
+func newEncoder(pf PixelFormat) (encoder, error) {
+	if pf.BPP != 32 || !pf.TrueColor || pf.RedMax != 255 || pf.GreenMax != 255 || pf.BlueMax != 255 ||
+		pf.RedShift > 24 || pf.GreenShift > 24 || pf.BlueShift > 24 {
+		return encoder{}, fmt.Errorf("%+v: %w (need 32 bpp true colour with 8-bit channels)", pf, ErrUnsupportedPixelFormat)
+	}
+	e := encoder{pf: pf, pad: ^(uint32(0xff)<<pf.RedShift | uint32(0xff)<<pf.GreenShift | uint32(0xff)<<pf.BlueShift)}
+	if pf.RedShift%8 == 0 && pf.GreenShift%8 == 0 && pf.BlueShift%8 == 0 {
+		if c, err := newConverter(pf); err == nil {
+			// The same memory layouts the client converts quickly.
+			e.kind = c.kind
+		}
+	}
+	return e, nil
+}
+
+// appendRow appends the RGBA pixels of src to b in e's format.
+func (e encoder) appendRow(b, src []byte) []byte {
+	n := len(src) / 4 * 4
+	off := len(b)
+	b = slices.Grow(b, n)[:off+n]
+	dst := b[off:]
+	switch e.kind {
+	case convBGRX: // B, G, R, X in memory: swap R and B.
+		for i := 0; i < n; i += 4 {
+			v := binary.LittleEndian.Uint32(src[i:])
+			binary.LittleEndian.PutUint32(dst[i:], (v>>16)&0xff|v&0xff00|(v&0xff)<<16|0xff000000)
+		}
+	case convRGBX: // R, G, B, X in memory: RGBA as it is, X set.
+		for i := 0; i < n; i += 4 {
+			binary.LittleEndian.PutUint32(dst[i:], binary.LittleEndian.Uint32(src[i:])|0xff000000)
+		}
+	default:
+		pf := e.pf
+		for i := 0; i < n; i += 4 {
+			v := uint32(src[i])<<pf.RedShift | uint32(src[i+1])<<pf.GreenShift | uint32(src[i+2])<<pf.BlueShift | e.pad
+			if pf.BigEndian {
+				binary.BigEndian.PutUint32(dst[i:], v)
+			} else {
+				binary.LittleEndian.PutUint32(dst[i:], v)
+			}
+		}
+	}
+	return b
 }

@@ -66,11 +66,28 @@ func encodingName(e int32) string {
 	return "unknown"
 }
 
+// MaxFramebufferSide bounds each side of a framebuffer, on both sides of
+// RFB: the client refuses a ServerInit or DesktopSize beyond it, and the
+// Server refuses to serve a larger frame, both with an error wrapping
+// ErrFramebufferTooLarge. QEMU's own limit is far below (VNC_MAX_WIDTH and
+// VNC_MAX_HEIGHT in ui/vnc.h: 2560x2048, later 5120x2160); at this size one
+// full frame is 256 MiB, the most one update may carry (maxUpdateBytes).
+const MaxFramebufferSide = 8192
+
+// checkFramebufferSize reports a size either side of RFB refuses.
+func checkFramebufferSize(w, h int) error {
+	if w < 1 || h < 1 {
+		return fmt.Errorf("framebuffer %dx%d: %w", w, h, ErrProtocol)
+	}
+	if w > MaxFramebufferSide || h > MaxFramebufferSide {
+		return fmt.Errorf("framebuffer %dx%d: %w: the limit is %dx%d", w, h, ErrFramebufferTooLarge, MaxFramebufferSide, MaxFramebufferSide)
+	}
+	return nil
+}
+
 // Limits that keep a corrupt stream from making the parser allocate
 // without bound.
 const (
-	// maxSide bounds a DesktopSize (QEMU's own limit is 2560x2048).
-	maxSide = 16384
 	// maxCursorSide bounds a cursor's width and height.
 	maxCursorSide = 1024
 	// maxUpdateBytes bounds the pixel data of one FramebufferUpdate.
@@ -160,8 +177,8 @@ func ReadUpdate(r io.Reader, pf PixelFormat, size image.Point, u *Update) error 
 			}
 			rect.pixOff = off
 		case EncodingDesktopSize:
-			if w < 1 || h < 1 || w > maxSide || h > maxSide {
-				return fmt.Errorf("%s: size out of range: %w", where(), ErrProtocol)
+			if err := checkFramebufferSize(w, h); err != nil {
+				return fmt.Errorf("%s: %w", where(), err)
 			}
 			size = image.Pt(w, h)
 		case EncodingCursor:

@@ -275,6 +275,7 @@ func TestReadUpdateEdgeCases(t *testing.T) {
 		{"encoding nobody knows", updateBody(rectHeader(0, 0, 1, 1, 12345)), ErrUnsupportedEncoding},
 		{"raw outside framebuffer", updateBody(rawRect(60, 0, 5, 1, red)), ErrProtocol},
 		{"zero desktop size", updateBody(rectHeader(0, 0, 0, 10, EncodingDesktopSize)), ErrProtocol},
+		{"desktop size beyond the limit", updateBody(rectHeader(0, 0, 10, MaxFramebufferSide+1, EncodingDesktopSize)), ErrFramebufferTooLarge},
 		{"huge cursor", updateBody(rectHeader(0, 0, 4096, 4096, EncodingCursor)), ErrProtocol},
 		{"empty stream", nil, io.ErrUnexpectedEOF},
 	}
