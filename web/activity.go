@@ -1,21 +1,23 @@
 package web
 
 import (
-	"sync"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/desk"
 )
 
 // ActivityEvent is one input action played on a VM, as the live view
-// overlays it. Positions are native framebuffer pixels.
+// overlays it (the wire form of desk.Event). Positions are native
+// framebuffer pixels.
 type ActivityEvent struct {
-	// Seq numbers a VM's events from 1, in order.
+	// Seq numbers a VM's events from 1, in order; a reset does not restart it.
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
-	// Source is "agent" (POST /v1/vms/{id}/actions) or "human" (takeover).
+	// Source is "agent" (POST /v1/vms/{id}/actions), "human" (takeover) or
+	// "farm" (a reset, which starts a fresh segment of the log).
 	Source string `json:"source"`
-	// Kind is the neutral action kind: click, type, key, move, drag, ...
+	// Kind is the neutral action kind: click, type, key, move, drag, ...;
+	// key_down or button_down for a person; reset for a segment start.
 	Kind   string   `json:"kind"`
 	X      *int     `json:"x,omitempty"`
 	Y      *int     `json:"y,omitempty"`
@@ -30,117 +32,33 @@ type ActivityEvent struct {
 	Amount    int    `json:"amount,omitempty"`
 }
 
-// activityKeep is how many events the recorder keeps per VM.
-const activityKeep = 200
-
-// activity records the actions played on each VM and lets live views wait
-// for new ones. It keeps the last activityKeep events per VM in memory.
-type activity struct {
-	mu  sync.Mutex
-	vms map[string]*vmActivity
+func activityEvent(e desk.Event) ActivityEvent {
+	return ActivityEvent{Seq: e.Seq, Time: e.Time, Source: e.Source, Kind: e.Kind, X: e.X, Y: e.Y,
+		FromX: e.FromX, FromY: e.FromY, Button: e.Button, Count: e.Count, Keys: e.Keys, Text: e.Text,
+		Direction: e.Direction, Amount: e.Amount}
 }
 
-type vmActivity struct {
-	seq     uint64
-	events  []ActivityEvent // oldest first, at most activityKeep
-	changed chan struct{}   // closed and replaced when an event is added
+func deskEvent(e ActivityEvent) desk.Event {
+	return desk.Event{Time: e.Time, Source: e.Source, Kind: e.Kind, X: e.X, Y: e.Y,
+		FromX: e.FromX, FromY: e.FromY, Button: e.Button, Count: e.Count, Keys: e.Keys, Text: e.Text,
+		Direction: e.Direction, Amount: e.Amount}
 }
 
-func newActivity() *activity { return &activity{vms: map[string]*vmActivity{}} }
+// activity records proxy.go's human input in the VM's desk log (until
+// proxy.go moves onto desk.Takeover, which records by itself).
+type activity struct{ desks *desk.Pool }
 
-func (a *activity) vmLocked(id string) *vmActivity {
-	v := a.vms[id]
-	if v == nil {
-		v = &vmActivity{changed: make(chan struct{})}
-		a.vms[id] = v
-	}
-	return v
-}
-
-// record adds the first res.Executed of acts, played by an agent on vm id,
-// converting their positions to native pixels with sc.
-func (a *activity) record(id string, acts []actions.Action, res actions.Result, sc *actions.Scaler) {
-	now := time.Now()
-	evs := make([]ActivityEvent, 0, len(acts))
-	for i, act := range acts {
-		if i >= res.Executed {
-			break
-		}
-		ev := ActivityEvent{Time: now, Source: "agent", Kind: string(act.Kind), Button: string(act.Button),
-			Count: act.Count, Keys: act.Keys, Text: act.Text, Direction: string(act.Direction), Amount: act.Amount}
-		if act.At != nil {
-			ev.X, ev.Y = native(sc, *act.At)
-		}
-		if act.From != nil {
-			ev.FromX, ev.FromY = native(sc, *act.From)
-		}
-		evs = append(evs, ev)
-	}
-	a.add(id, evs...)
-}
-
-func native(sc *actions.Scaler, p actions.Point) (*int, *int) {
-	x, y := p.X, p.Y
-	if sc != nil {
-		if nx, ny, err := sc.ToNative(p.X, p.Y); err == nil {
-			x, y = nx, ny
-		}
-	}
-	return &x, &y
-}
-
-// add appends events to vm id's log and wakes its waiters.
-func (a *activity) add(id string, evs ...ActivityEvent) {
-	if len(evs) == 0 {
+func (a activity) add(id string, evs ...ActivityEvent) {
+	if a.desks == nil {
 		return
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.vmLocked(id)
-	for _, ev := range evs {
-		v.seq++
-		ev.Seq = v.seq
-		v.events = append(v.events, ev)
+	d := a.desks.Peek(id)
+	if d == nil {
+		return
 	}
-	if n := len(v.events); n > activityKeep {
-		v.events = append([]ActivityEvent(nil), v.events[n-activityKeep:]...)
+	out := make([]desk.Event, len(evs))
+	for i, ev := range evs {
+		out[i] = deskEvent(ev)
 	}
-	close(v.changed)
-	v.changed = make(chan struct{})
-}
-
-// since returns vm id's kept events after seq, and a channel closed when
-// more arrive.
-func (a *activity) since(id string, seq uint64) ([]ActivityEvent, <-chan struct{}) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.vmLocked(id)
-	var out []ActivityEvent
-	for _, ev := range v.events {
-		if ev.Seq > seq {
-			out = append(out, ev)
-		}
-	}
-	return out, v.changed
-}
-
-// last returns vm id's latest event, if any.
-func (a *activity) last(id string) (ActivityEvent, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	v := a.vms[id]
-	if v == nil || len(v.events) == 0 {
-		return ActivityEvent{}, false
-	}
-	return v.events[len(v.events)-1], true
-}
-
-// forget drops vm id's log (the VM was destroyed).
-func (a *activity) forget(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if v := a.vms[id]; v != nil {
-		close(v.changed)
-		delete(a.vms, id)
-	}
+	d.Record(out...)
 }

@@ -1,24 +1,34 @@
 package web
 
 import (
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/hex"
-	"fmt"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/deskfarm/deskfarm/desk"
 )
 
 // CodeHumanControl is the error code of an agent action refused because a
-// person holds control of the VM (409).
+// person holds control of the VM (409, desk.ErrHumanControl).
 const CodeHumanControl = "human_control"
+
+// CodeDisplayClosed is the error code of a call on a VM display that closed
+// under it: the VM died or was destroyed, or the farm is shutting down
+// (410, desk.ErrClosed).
+const CodeDisplayClosed = "display_closed"
+
+func init() {
+	sentinels = append([]sentinel{
+		{desk.ErrHumanControl, http.StatusConflict, CodeHumanControl},
+		{desk.ErrNotInControl, http.StatusForbidden, CodeForbidden},
+		{desk.ErrClosed, http.StatusGone, CodeDisplayClosed},
+	}, sentinels...)
+}
 
 // ControlResponse is the body of POST /v1/vms/{id}/control.
 type ControlResponse struct {
 	// ControlToken grants input: pass it as ?control_token= to the VNC
 	// websocket (GET /v1/vms/{id}/vnc). It is valid until DELETE
-	// /v1/vms/{id}/control.
+	// /v1/vms/{id}/control, another POST, or a reset of the VM.
 	ControlToken string    `json:"control_token"`
 	Since        time.Time `json:"since"`
 }
@@ -29,78 +39,33 @@ type ControlStatus struct {
 	Since *time.Time `json:"since,omitempty"`
 }
 
-// controls tracks which VMs a person has taken over. A VM has at most one
-// control token at a time.
-type controls struct {
-	mu   sync.Mutex
-	held map[string]controlGrant
-}
-
-type controlGrant struct {
-	token string
-	since time.Time
-}
-
-func newControls() *controls { return &controls{held: map[string]controlGrant{}} }
-
-// take grants control of vm id, replacing any earlier grant (taking over
-// from another browser tab is one more explicit step, not an error).
-func (c *controls) take(id string) (controlGrant, error) {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return controlGrant{}, fmt.Errorf("take control of vm %s: %w", id, err)
-	}
-	g := controlGrant{token: hex.EncodeToString(b), since: time.Now()}
-	c.mu.Lock()
-	c.held[id] = g
-	c.mu.Unlock()
-	return g, nil
-}
-
-// release hands vm id back to the agent.
-func (c *controls) release(id string) {
-	c.mu.Lock()
-	delete(c.held, id)
-	c.mu.Unlock()
-}
-
-// human reports whether a person holds vm id, and since when.
-func (c *controls) human(id string) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g, ok := c.held[id]
-	return g.since, ok
-}
-
-// valid reports whether token is vm id's current control token.
-func (c *controls) valid(id, token string) bool {
-	if token == "" {
-		return false
-	}
-	c.mu.Lock()
-	g, ok := c.held[id]
-	c.mu.Unlock()
-	return ok && subtle.ConstantTimeCompare([]byte(g.token), []byte(token)) == 1
-}
+// mayTakeControl is the gate in front of desk.Desk.TakeControl, the one way
+// control is taken. Today every authenticated client may; the viewer token
+// (issue 9) is refused here.
+func (s *server) mayTakeControl(r *http.Request) error { return nil }
 
 func (s *server) takeControl(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
-	if _, err := s.farm.Get(r.Context(), id); err != nil {
+	if s.desks == nil {
+		return s.noDisplay()
+	}
+	if err := s.mayTakeControl(r); err != nil {
 		return err
 	}
-	g, err := s.control.take(id)
+	d, err := s.desks.Get(r.Context(), vmID(r))
 	if err != nil {
 		return err
 	}
-	s.log.Info("human took control", "vm", id, "op", "control")
-	writeJSON(w, http.StatusCreated, ControlResponse{ControlToken: g.token, Since: g.since})
+	g, err := d.TakeControl()
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, ControlResponse{ControlToken: g.Token, Since: g.Since})
 	return nil
 }
 
 func (s *server) controlStatus(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
 	st := ControlStatus{}
-	if since, ok := s.control.human(id); ok {
+	if since, ok := s.control.human(vmID(r)); ok {
 		st.Human, st.Since = true, &since
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -108,23 +73,42 @@ func (s *server) controlStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) releaseControl(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
-	s.control.release(id)
-	s.log.Info("control handed back to the agent", "vm", id, "op", "control")
+	if d := s.peek(vmID(r)); d != nil {
+		d.ReleaseControl()
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-// agentInput refuses h while a person holds the VM's control.
-func (s *server) agentInput(h apiHandler) apiHandler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
-		if since, ok := s.control.human(id); ok {
-			noteVM(r, id)
-			return &httpError{status: http.StatusConflict, code: CodeHumanControl,
-				msg: fmt.Sprintf("actions on vm %s: a person has controlled it since %s; "+
-					"retry after they hand it back (DELETE /v1/vms/%s/control)", id, since.Format(time.RFC3339), id)}
-		}
-		return h(w, r)
+// peek returns vm id's open desk, if any, without dialling.
+func (s *server) peek(id string) *desk.Desk {
+	if s.desks == nil {
+		return nil
 	}
+	return s.desks.Peek(id)
+}
+
+// controls answers control questions about a VM from its desk; a VM
+// without an open desk has no person in control.
+type controls struct{ desks *desk.Pool }
+
+func (c controls) desk(id string) *desk.Desk {
+	if c.desks == nil {
+		return nil
+	}
+	return c.desks.Peek(id)
+}
+
+// valid reports whether token is vm id's current control token.
+func (c controls) valid(id, token string) bool {
+	d := c.desk(id)
+	return d != nil && d.ValidControl(token)
+}
+
+// human reports whether a person holds vm id, and since when.
+func (c controls) human(id string) (time.Time, bool) {
+	if d := c.desk(id); d != nil {
+		return d.Human()
+	}
+	return time.Time{}, false
 }
