@@ -83,11 +83,13 @@ func (d *Desk) close(why *ClosedError) {
 	close(d.done)
 	d.closeMu.Unlock()
 	d.ctl.clear()
-	d.hub.close()
-	d.act.close()
+	// The connection first: by the time a viewer or feed hears of the
+	// close, the VM's display is gone.
 	if err := d.disp.Close(); err != nil {
 		d.log.Debug("close display", "vm", d.VM, "op", "desk.close", "err", err)
 	}
+	d.hub.close()
+	d.act.close()
 	d.log.Info("desk closed", "vm", d.VM, "op", "desk.close", "reason", why.Reason)
 }
 
