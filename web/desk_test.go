@@ -1,0 +1,233 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image"
+	"image/png"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
+	"github.com/deskfarm/deskfarm/vnc"
+)
+
+// stillDisplay is a desk.Display of a still 640x400 screen that takes
+// input and forgets it.
+type stillDisplay struct {
+	mu     sync.Mutex
+	subs   map[chan vnc.Damage]struct{}
+	closed bool
+}
+
+func (s *stillDisplay) Size() (int, int)               { return 640, 400 }
+func (s *stillDisplay) SnapshotRaw() *image.RGBA       { return image.NewRGBA(image.Rect(0, 0, 640, 400)) }
+func (s *stillDisplay) Snapshot() *image.RGBA          { return s.SnapshotRaw() }
+func (s *stillDisplay) Pointer(int, int, uint8) error  { return nil }
+func (s *stillDisplay) Key(uint32, uint16, bool) error { return nil }
+func (s *stillDisplay) CursorPos() (int, int)          { return 0, 0 }
+func (s *stillDisplay) Settle(context.Context, time.Duration, time.Duration) (time.Duration, error) {
+	return 0, nil
+}
+
+func (s *stillDisplay) Damage() (<-chan vnc.Damage, func()) {
+	ch := make(chan vnc.Damage)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	if s.subs == nil {
+		s.subs = map[chan vnc.Damage]struct{}{}
+	}
+	s.subs[ch] = struct{}{}
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.subs[ch]; ok {
+			delete(s.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+func (s *stillDisplay) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		for ch := range s.subs {
+			close(ch)
+		}
+	}
+	return nil
+}
+
+// deskServer is a server with desks over fake displays on a fake farm
+// with one ready VM, vm1.
+func deskServer(t *testing.T, opts Options) (*httptest.Server, *vmmtest.Farm) {
+	t.Helper()
+	farm := vmmtest.New()
+	if _, err := farm.Create(context.Background(), vmm.CreateOptions{Image: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
+		return &stillDisplay{}, nil
+	}})
+	opts.Desks, opts.Logger = desks, log
+	srv := httptest.NewServer(NewServer(farm, opts))
+	t.Cleanup(func() { srv.Close(); desks.Close(); farm.Close() })
+	return srv, farm
+}
+
+func send(t *testing.T, method, url, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func TestStreamCapsAndCloseOnDeath(t *testing.T) {
+	srv, farm := deskServer(t, Options{MaxViewersPerVM: 2})
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/vms/vm1/stream"
+	var conns []*websocket.Conn
+	for range 2 {
+		c, _, err := websocket.DefaultDialer.Dial(url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, _, err := c.ReadMessage(); err != nil {
+			t.Fatalf("first frame: %v", err)
+		}
+		conns = append(conns, c)
+	}
+	_, resp, err := websocket.DefaultDialer.Dial(url, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third viewer over a cap of 2: err %v, response %v; want 429", err, resp)
+	}
+	var body ErrorResponse
+	json.NewDecoder(resp.Body).Decode(&body)
+	if body.Error.Code != CodeTooManyViewers {
+		t.Errorf("third viewer: code %q, want %s", body.Error.Code, CodeTooManyViewers)
+	}
+
+	// The VM dies: every viewer gets a close that says so.
+	farm.Kill("vm1", "crashed")
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _, err := c.ReadMessage()
+		ce, ok := err.(*websocket.CloseError)
+		if !ok || ce.Code != websocket.CloseGoingAway || !strings.Contains(ce.Text, "crashed") {
+			t.Errorf("viewer %d after the VM died: %v, want a going-away close naming the crash", i, err)
+		}
+	}
+}
+
+func TestManualResetHandsControlBack(t *testing.T) {
+	srv, _ := deskServer(t, Options{})
+	vm := srv.URL + "/v1/vms/vm1"
+	if code, b := send(t, "POST", vm+"/control", ""); code != http.StatusCreated {
+		t.Fatalf("take control: %d %s", code, b)
+	}
+	if code, b := send(t, "POST", vm+"/actions", `{"action":{"kind":"click","x":1,"y":1}}`); code != http.StatusConflict || !strings.Contains(string(b), CodeHumanControl) {
+		t.Fatalf("agent action under human control: %d %s", code, b)
+	}
+	if code, b := send(t, "POST", vm+"/reset", ""); code != http.StatusOK {
+		t.Fatalf("reset: %d %s", code, b)
+	}
+	// The reset reaches the desk as a lifecycle event, as an episode's end does.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, b := send(t, "GET", vm+"/control", "")
+		var st ControlStatus
+		json.Unmarshal(b, &st)
+		if !st.Human {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a person still holds control 5s after the reset")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, b := send(t, "POST", vm+"/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`); code != http.StatusOK {
+		t.Errorf("agent action after the reset: %d %s", code, b)
+	}
+}
+
+func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
+	farm := vmmtest.New()
+	cfg := pool.Config{HostMemoryMiB: 100000, Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
+		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}}}
+	cfg.SetDefaults()
+	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
+		return &stillDisplay{}, nil
+	}})
+	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
+	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+
+	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{}`)
+	if code != http.StatusCreated {
+		t.Fatalf("start episode: %d %s", code, b)
+	}
+	var ep EpisodeResponse
+	json.Unmarshal(b, &ep)
+	epURL := srv.URL + "/v1/episodes/" + ep.ID
+
+	size := func(query string) image.Point {
+		t.Helper()
+		code, b := send(t, "GET", epURL+"/screenshot?format=png"+query, "")
+		if code != http.StatusOK {
+			t.Fatalf("screenshot%s: %d %s", query, code, b)
+		}
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img.Bounds().Size()
+	}
+	if got := size(""); got != image.Pt(320, 200) {
+		t.Errorf("episode screenshot is %v, want the pool's 320x200", got)
+	}
+	if got := size("&size=native"); got != image.Pt(640, 400) {
+		t.Errorf("episode screenshot with size=native is %v, want 640x400", got)
+	}
+	code, b = send(t, "POST", epURL+"/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`)
+	var ar ActionsResponse
+	json.Unmarshal(b, &ar)
+	if code != http.StatusOK || ar.ScreenshotWidth != 320 || ar.ScreenshotHeight != 200 {
+		t.Errorf("episode actions: %d, coordinate space %dx%d; want 200 and the pool's 320x200 (%s)", code, ar.ScreenshotWidth, ar.ScreenshotHeight, b)
+	}
+	code, b = send(t, "POST", epURL+"/actions", `{"screenshot_size":"native","action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`)
+	json.Unmarshal(b, &ar)
+	if code != http.StatusOK || ar.ScreenshotWidth != 640 {
+		t.Errorf("episode actions with native size: %d, width %d; want 640 (%s)", code, ar.ScreenshotWidth, b)
+	}
+}
