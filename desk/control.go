@@ -280,6 +280,19 @@ func buttonName(mask uint8) string {
 	return "wheel"
 }
 
+// HumanDisconnected tells the desk that a takeover connection on the legacy
+// path (Desk.Display) with token ended: if token is still the current one,
+// what the person holds through Desk.Display is released. (A Takeover
+// releases by itself on Close.)
+func (d *Desk) HumanDisconnected(token string) {
+	if !d.ctl.valid(token) {
+		return // replaced or handed back: released then
+	}
+	if err := d.ctl.legacy.release(); err != nil {
+		d.log.Warn("release human input", "vm", d.VM, "op", "control", "why", "disconnected", "err", err)
+	}
+}
+
 // humanDisplay is Desk.Display: the display with Key and Pointer counted
 // as the person's input on the legacy takeover path (web/proxy.go checks
 // the control token itself, then sends through it).

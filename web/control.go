@@ -80,6 +80,22 @@ func (s *server) releaseControl(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// releaseOnDisconnect wraps proxy.go's handler, which returns when its
+// connection ends: whatever the person held down through it is released,
+// unless control changed hands meanwhile (then it was released already).
+// It goes away when proxy.go moves onto desk.Takeover.
+func (s *server) releaseOnDisconnect(h apiHandler) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		err := h(w, r)
+		if token := r.URL.Query().Get("control_token"); token != "" {
+			if d := s.peek(r.PathValue("id")); d != nil {
+				d.HumanDisconnected(token)
+			}
+		}
+		return err
+	}
+}
+
 // peek returns vm id's open desk, if any, without dialling.
 func (s *server) peek(id string) *desk.Desk {
 	if s.desks == nil {

@@ -24,22 +24,50 @@ import (
 	"github.com/deskfarm/deskfarm/vnc"
 )
 
-// stillDisplay is a desk.Display of a still 640x400 screen that takes
-// input and forgets it.
+// stillDisplay is a desk.Display of a still 640x400 screen that keeps
+// what a guest would of input: the keys and buttons held down.
 type stillDisplay struct {
-	mu     sync.Mutex
-	subs   map[chan vnc.Damage]struct{}
-	closed bool
+	mu      sync.Mutex
+	subs    map[chan vnc.Damage]struct{}
+	closed  bool
+	held    map[uint32]bool
+	buttons uint8
 }
 
-func (s *stillDisplay) Size() (int, int)               { return 640, 400 }
-func (s *stillDisplay) SnapshotRaw() *image.RGBA       { return image.NewRGBA(image.Rect(0, 0, 640, 400)) }
-func (s *stillDisplay) Snapshot() *image.RGBA          { return s.SnapshotRaw() }
-func (s *stillDisplay) Pointer(int, int, uint8) error  { return nil }
-func (s *stillDisplay) Key(uint32, uint16, bool) error { return nil }
-func (s *stillDisplay) CursorPos() (int, int)          { return 0, 0 }
+// guest returns how many keys and which buttons the guest holds.
+func (s *stillDisplay) guest() (int, uint8) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held), s.buttons
+}
+
+func (s *stillDisplay) Size() (int, int)         { return 640, 400 }
+func (s *stillDisplay) SnapshotRaw() *image.RGBA { return image.NewRGBA(image.Rect(0, 0, 640, 400)) }
+func (s *stillDisplay) Snapshot() *image.RGBA    { return s.SnapshotRaw() }
+func (s *stillDisplay) CursorPos() (int, int)    { return 0, 0 }
 func (s *stillDisplay) Settle(context.Context, time.Duration, time.Duration) (time.Duration, error) {
 	return 0, nil
+}
+
+func (s *stillDisplay) Pointer(_, _ int, b uint8) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buttons = b
+	return nil
+}
+
+func (s *stillDisplay) Key(keysym uint32, _ uint16, down bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[uint32]bool{}
+	}
+	if down {
+		s.held[keysym] = true
+	} else {
+		delete(s.held, keysym)
+	}
+	return nil
 }
 
 func (s *stillDisplay) Damage() (<-chan vnc.Damage, func()) {
@@ -72,6 +100,7 @@ func (s *stillDisplay) Close() error {
 		for ch := range s.subs {
 			close(ch)
 		}
+		clear(s.subs)
 	}
 	return nil
 }
@@ -79,19 +108,122 @@ func (s *stillDisplay) Close() error {
 // deskServer is a server with desks over fake displays on a fake farm
 // with one ready VM, vm1.
 func deskServer(t *testing.T, opts Options) (*httptest.Server, *vmmtest.Farm) {
+	srv, farm, _ := deskServerDisplay(t, opts)
+	return srv, farm
+}
+
+// deskServerDisplay is deskServer that also returns vm1's display.
+func deskServerDisplay(t *testing.T, opts Options) (*httptest.Server, *vmmtest.Farm, *stillDisplay) {
 	t.Helper()
 	farm := vmmtest.New()
 	if _, err := farm.Create(context.Background(), vmm.CreateOptions{Image: "tiny"}); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
+	disp := &stillDisplay{}
 	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
-		return &stillDisplay{}, nil
+		return disp, nil
 	}})
 	opts.Desks, opts.Logger = desks, log
 	srv := httptest.NewServer(NewServer(farm, opts))
 	t.Cleanup(func() { srv.Close(); desks.Close(); farm.Close() })
-	return srv, farm
+	return srv, farm, disp
+}
+
+// rfbTakeover opens the VNC websocket with a control token and completes
+// the RFB 3.8 handshake (RFC 6143 7.1-7.3) as noVNC does.
+func rfbTakeover(t *testing.T, srv *httptest.Server, token string) *websocket.Conn {
+	t.Helper()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/vms/vm1/vnc?control_token=" + token
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []byte
+	read := func(n int) {
+		for len(in) < n {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				t.Fatalf("rfb handshake: %v", err)
+			}
+			in = append(in, b...)
+		}
+		in = in[n:]
+	}
+	send := func(b ...byte) {
+		if err := c.WriteMessage(websocket.BinaryMessage, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(12) // ProtocolVersion
+	send([]byte("RFB 003.008\n")...)
+	read(2) // one security type: None
+	send(1)
+	read(4) // SecurityResult OK
+	send(1) // ClientInit, shared
+	read(24 + len("deskfarm"))
+	return c
+}
+
+func waitGuest(t *testing.T, disp *stillDisplay, what string, keys int, buttons uint8) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		k, b := disp.guest()
+		if k == keys && b == buttons {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the guest holds %d keys and buttons %b, want %d and %b", what, k, b, keys, buttons)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestTakeoverKeysReleased(t *testing.T) {
+	srv, _, disp := deskServerDisplay(t, Options{})
+	vm := srv.URL + "/v1/vms/vm1"
+	take := func() string {
+		code, b := send(t, "POST", vm+"/control", "")
+		var cr ControlResponse
+		if json.Unmarshal(b, &cr); code != http.StatusCreated || cr.ControlToken == "" {
+			t.Fatalf("take control: %d %s", code, b)
+		}
+		return cr.ControlToken
+	}
+	hold := func(c *websocket.Conn) {
+		// KeyEvent down Shift_L, PointerEvent left button down at (10, 10).
+		for _, m := range [][]byte{{4, 1, 0, 0, 0, 0, 0xff, 0xe1}, {5, 1, 0, 10, 0, 10}} {
+			if err := c.WriteMessage(websocket.BinaryMessage, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// The person disconnects holding a key and a button.
+	c := rfbTakeover(t, srv, take())
+	hold(c)
+	waitGuest(t, disp, "the person pressed", 1, 1)
+	c.Close()
+	waitGuest(t, disp, "after the person disconnected", 0, 0)
+
+	// The person is replaced by another.
+	c = rfbTakeover(t, srv, take())
+	defer c.Close()
+	hold(c)
+	waitGuest(t, disp, "the person pressed", 1, 1)
+	take()
+	waitGuest(t, disp, "after another person took control", 0, 0)
+
+	// The person hands control back.
+	c2 := rfbTakeover(t, srv, take())
+	defer c2.Close()
+	hold(c2)
+	waitGuest(t, disp, "the person pressed", 1, 1)
+	if code, b := send(t, "DELETE", vm+"/control", ""); code != http.StatusNoContent {
+		t.Fatalf("hand back: %d %s", code, b)
+	}
+	waitGuest(t, disp, "after the person handed control back", 0, 0)
 }
 
 func send(t *testing.T, method, url, body string) (int, []byte) {

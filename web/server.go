@@ -145,7 +145,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"GET", "/novnc/{path...}", "novnc", s.noVNC},
 		{"GET", "/v1/vms/{id}/stream", "stream", s.stream},
 		{"GET", "/v1/vms/{id}/activity", "activity", s.activityStream},
-		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.vncProxy},
+		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.releaseOnDisconnect(s.vncProxy)},
 		{"POST", "/v1/vms/{id}/control", "take_control", s.takeControl},
 		{"GET", "/v1/vms/{id}/control", "control_status", s.controlStatus},
 		{"DELETE", "/v1/vms/{id}/control", "release_control", s.releaseControl},
