@@ -53,9 +53,11 @@ type Pool struct {
 	cancel context.CancelFunc
 	loop   chan struct{} // closed when the event loop returns
 
-	mu      sync.Mutex // guards entries and closed only; never held across I/O
+	mu      sync.Mutex // guards the fields below; never held across I/O
 	entries map[string]*entry
 	closed  bool
+	resets  map[string]time.Time // per VM, the At of the last reset applied
+	applied chan struct{}        // closed and replaced when a reset is applied
 }
 
 // entry is one VM's slot: a dial in progress, then its desk. ready closes
@@ -87,7 +89,8 @@ func New(farm Farm, opts Options) *Pool {
 	if opts.MaxExecutors <= 0 {
 		opts.MaxExecutors = DefaultMaxExecutors
 	}
-	p := &Pool{farm: farm, opts: opts, log: opts.Log, entries: map[string]*entry{}, loop: make(chan struct{})}
+	p := &Pool{farm: farm, opts: opts, log: opts.Log, entries: map[string]*entry{}, loop: make(chan struct{}),
+		resets: map[string]time.Time{}, applied: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	events := farm.Subscribe(p.ctx)
 	go p.watch(events)
@@ -110,7 +113,15 @@ func (p *Pool) apply(ev vmm.Event) {
 		if d := p.Peek(id); d != nil {
 			d.reset(ev.At)
 		}
+		p.mu.Lock()
+		p.resets[id] = ev.At
+		close(p.applied)
+		p.applied = make(chan struct{})
+		p.mu.Unlock()
 	case vmm.EventDied, vmm.EventDestroyed:
+		p.mu.Lock()
+		delete(p.resets, id)
+		p.mu.Unlock()
 		reason := "vm destroyed"
 		if ev.Kind == vmm.EventDied {
 			reason = "vm died"
@@ -221,6 +232,27 @@ func (p *Pool) dial(ctx context.Context, e *entry, vm vmm.VM) {
 		delete(p.entries, e.id) // the next Get retries
 	}
 	p.log.Warn("desk dial failed", "vm", vm.ID, "op", "desk.open", "duration", time.Since(start).Round(time.Millisecond), "err", e.err)
+}
+
+// WaitReset returns once a reset of vm id seen at or after 'since' has
+// been applied to its desk (input released, control handed back), or with
+// ctx's error. A caller that reset the VM itself waits with it so that its
+// next call never races the lifecycle event.
+func (p *Pool) WaitReset(ctx context.Context, id string, since time.Time) error {
+	for {
+		p.mu.Lock()
+		at, ok := p.resets[id]
+		ch := p.applied
+		p.mu.Unlock()
+		if ok && !at.Before(since) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("reset of vm %s not yet applied to its desk: %w", id, ctx.Err())
+		}
+	}
 }
 
 // Peek returns vm id's desk if it is open, without dialling.

@@ -23,6 +23,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// resetApplyWait bounds how long a reset's answer waits for the desk to
+// apply the reset event (normally well under a millisecond).
+const resetApplyWait = 2 * time.Second
+
 // Body limits.
 const (
 	// maxJSONBody bounds request bodies other than exec and file uploads.
@@ -264,9 +268,20 @@ func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
 	id := vmID(r)
+	start := time.Now()
 	res, err := s.farm.Reset(r.Context(), id)
 	if err != nil {
 		return err
+	}
+	if s.desks != nil {
+		// Answer once the desk has applied the reset, so that the client's
+		// next call (taking control, holding a key) never races it.
+		wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
+		err := s.desks.WaitReset(wctx, id, start)
+		cancel()
+		if err != nil {
+			s.log.Warn("reset answered before its desk applied it", "vm", id, "op", "reset", "err", err)
+		}
 	}
 	writeJSON(w, http.StatusOK, ResetResponse{
 		ID:           id,
