@@ -25,6 +25,16 @@ type Display interface {
 	Close() error
 }
 
+// FrameSource is a display's picture without its input: what an RFB
+// server for takeover reads (its input goes through a Takeover).
+type FrameSource interface {
+	SnapshotRaw() *image.RGBA
+	Damage() (c <-chan vnc.Damage, cancel func())
+}
+
+// Frames returns the desk's picture for a takeover RFB server.
+func (d *Desk) Frames() FrameSource { return d.disp }
+
 // DialFunc opens the display of a ready VM; ctx bounds the dial.
 type DialFunc func(ctx context.Context, vm vmm.VM, log *slog.Logger) (Display, error)
 
