@@ -203,7 +203,8 @@ func (v *Viewer) MinGap() time.Duration { return v.minGap }
 
 // Next returns the frame that brings the viewer to the newest state (the
 // delta when it is one state behind, else the newest key frame), or nil
-// when it is current. The viewer counts as shown that state.
+// when it is current. The viewer counts as shown that state. One goroutine
+// per viewer calls Next.
 func (v *Viewer) Next() (*Frame, error) {
 	f, err := v.run.next(v.seq)
 	if f != nil {
