@@ -147,9 +147,10 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"GET", "/vms/{id}", "live_view", s.liveView},
 		{"GET", "/assets/{path...}", "assets", s.assets},
 		{"GET", "/novnc/{path...}", "novnc", s.noVNC},
-		{"GET", "/v1/vms/{id}/stream", "stream", s.stream},
-		{"GET", "/v1/vms/{id}/activity", "activity", s.activityStream},
-		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.releaseOnDisconnect(s.vncProxy)},
+		// Long-lived viewer connections hold a slot of the caps while open.
+		{"GET", "/v1/vms/{id}/stream", "stream", s.capped(s.stream)},
+		{"GET", "/v1/vms/{id}/activity", "activity", s.capped(s.activityStream)},
+		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.capped(s.releaseOnDisconnect(s.vncProxy))},
 		{"POST", "/v1/vms/{id}/control", "take_control", s.takeControl},
 		{"GET", "/v1/vms/{id}/control", "control_status", s.controlStatus},
 		{"DELETE", "/v1/vms/{id}/control", "release_control", s.releaseControl},

@@ -39,7 +39,8 @@ const (
 	wsPingEvery = 10 * time.Second
 )
 
-// Viewer connection caps (Options.MaxViewersPerVM, Options.MaxViewers). A
+// Viewer connection caps (Options.MaxViewersPerVM, Options.MaxViewers),
+// counting frame streams, activity feeds and VNC takeover connections. A
 // viewer costs a goroutine pair and a socket, and its frames are shared, so
 // the caps guard against a swarm of idle connections, not against work.
 const (
@@ -134,6 +135,20 @@ func (l *viewerLimits) acquire(id string) (release func(), err error) {
 	}, nil
 }
 
+// capped holds a viewer slot of the VM for as long as h runs: a websocket
+// or event-stream handler returns when its connection ends.
+func (s *server) capped(h apiHandler) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		release, err := s.viewers.acquire(r.PathValue("id"))
+		if err != nil {
+			noteVM(r, r.PathValue("id"))
+			return err
+		}
+		defer release()
+		return h(w, r)
+	}
+}
+
 // stream serves GET /v1/vms/{id}/stream?fps=N: the frame websocket.
 func (s *server) stream(w http.ResponseWriter, r *http.Request) error {
 	if s.desks == nil {
@@ -148,11 +163,6 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) error {
 		}
 		fps = n
 	}
-	release, err := s.viewers.acquire(id)
-	if err != nil {
-		return err
-	}
-	defer release()
 	d, err := s.desks.Get(r.Context(), id)
 	if err != nil {
 		return err

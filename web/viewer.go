@@ -169,11 +169,6 @@ func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = n
 	}
-	release, err := s.viewers.acquire(id)
-	if err != nil {
-		return err
-	}
-	defer release()
 	d, err := s.desks.Get(r.Context(), id)
 	if err != nil {
 		return err
