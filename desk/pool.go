@@ -280,9 +280,11 @@ func (p *Pool) Close() {
 		ids = append(ids, id)
 	}
 	p.mu.Unlock()
-	p.cancel()
+	// Drop first, so that dials in progress end with the reason rather
+	// than a bare cancellation.
 	for _, id := range ids {
 		p.drop(id, &ClosedError{VM: id, Reason: "farm shutting down"})
 	}
+	p.cancel()
 	<-p.loop
 }

@@ -334,3 +334,45 @@ func TestExecutorsBounded(t *testing.T) {
 	// The evicted first size held Shift; eviction released it.
 	eventually(t, "the evicted executor's held key released", func() bool { k, _ := disp.guest(); return k == 0 })
 }
+
+func TestCloseStopsAHungDial(t *testing.T) {
+	r := newRig(t, 1)
+	r.hang["vm1"] = make(chan struct{}) // never opens
+	got := make(chan error, 1)
+	go func() {
+		_, err := r.pool.Get(context.Background(), "vm1")
+		got <- err
+	}()
+	eventually(t, "dial started", func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.dials["vm1"] == 1 })
+	r.pool.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("get while the pool closed: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("get still waiting 5s after the pool closed")
+	}
+}
+
+func TestWaitReset(t *testing.T) {
+	r := newRig(t, 1)
+	r.get("vm1")
+	start := time.Now()
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := r.pool.WaitReset(short, "vm1", start); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait with no reset: %v, want the deadline", err)
+	}
+	if _, err := r.farm.Reset(context.Background(), "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := r.pool.WaitReset(ctx, "vm1", start); err != nil {
+		t.Fatalf("wait after a reset: %v", err)
+	}
+	if ev, _ := r.pool.Peek("vm1").LastEvent(); ev.Kind != "reset" {
+		t.Errorf("WaitReset returned before the desk applied the reset (last event %+v)", ev)
+	}
+}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -275,6 +276,56 @@ func TestStreamCapsAndCloseOnDeath(t *testing.T) {
 		if !ok || ce.Code != websocket.CloseGoingAway || !strings.Contains(ce.Text, "crashed") {
 			t.Errorf("viewer %d after the VM died: %v, want a going-away close naming the crash", i, err)
 		}
+	}
+}
+
+func TestActivityFeedEndsOnDeath(t *testing.T) {
+	srv, farm := deskServer(t, Options{})
+	vm := srv.URL + "/v1/vms/vm1"
+	if code, b := send(t, "POST", vm+"/actions", `{"action":{"kind":"click","x":5,"y":6},"screenshot":"never"}`); code != http.StatusOK {
+		t.Fatalf("action: %d %s", code, b)
+	}
+	resp, err := http.Get(vm + "/activity")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("feed ended early")
+			}
+			return l
+		case <-time.After(5 * time.Second):
+			t.Fatal("no feed line in 5s")
+		}
+		return ""
+	}
+	for l := next(); !strings.HasPrefix(l, "data: "); l = next() {
+	}
+	farm.Kill("vm1", "crashed")
+	for l := next(); l != "event: closed"; l = next() {
+	}
+	if l := next(); !strings.Contains(l, "crashed") {
+		t.Errorf("closing event %q does not say why", l)
+	}
+	select {
+	case _, ok := <-lines:
+		for ok {
+			_, ok = <-lines
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("feed still open 5s after the VM died")
 	}
 }
 
