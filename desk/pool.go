@@ -56,9 +56,19 @@ type Pool struct {
 	mu      sync.Mutex // guards the fields below; never held across I/O
 	entries map[string]*entry
 	closed  bool
-	resets  map[string]time.Time // per VM, the At of the last reset applied
-	applied chan struct{}        // closed and replaced when a reset is applied
+	resets  map[string]resetMark // per VM, the last reset applied (see WaitReset)
+	applied chan struct{}        // closed and replaced when a mark changes
 }
+
+// resetMark is the last reset applied to a VM's desk, or the VM's end.
+type resetMark struct {
+	at   time.Time
+	gone bool // died or destroyed: no reset is coming
+}
+
+// goneMarkKeep is how long the mark of a VM that ended is kept, for a
+// WaitReset that comes after the end.
+const goneMarkKeep = time.Minute
 
 // entry is one VM's slot: a dial in progress, then its desk. ready closes
 // once desk or err is set.
@@ -90,7 +100,7 @@ func New(farm Farm, opts Options) *Pool {
 		opts.MaxExecutors = DefaultMaxExecutors
 	}
 	p := &Pool{farm: farm, opts: opts, log: opts.Log, entries: map[string]*entry{}, loop: make(chan struct{}),
-		resets: map[string]time.Time{}, applied: make(chan struct{})}
+		resets: map[string]resetMark{}, applied: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	events := farm.Subscribe(p.ctx)
 	go p.watch(events)
@@ -113,15 +123,9 @@ func (p *Pool) apply(ev vmm.Event) {
 		if d := p.Peek(id); d != nil {
 			d.reset(ev.At)
 		}
-		p.mu.Lock()
-		p.resets[id] = ev.At
-		close(p.applied)
-		p.applied = make(chan struct{})
-		p.mu.Unlock()
+		p.mark(id, resetMark{at: ev.At})
 	case vmm.EventDied, vmm.EventDestroyed:
-		p.mu.Lock()
-		delete(p.resets, id)
-		p.mu.Unlock()
+		p.mark(id, resetMark{at: ev.At, gone: true})
 		reason := "vm destroyed"
 		if ev.Kind == vmm.EventDied {
 			reason = "vm died"
@@ -131,6 +135,22 @@ func (p *Pool) apply(ev vmm.Event) {
 		}
 		p.drop(id, &ClosedError{VM: id, Reason: reason})
 	}
+}
+
+// mark records a VM's reset or end for WaitReset and wakes its waiters.
+func (p *Pool) mark(id string, m resetMark) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m.gone {
+		for vm, old := range p.resets {
+			if old.gone && m.at.Sub(old.at) > goneMarkKeep {
+				delete(p.resets, vm)
+			}
+		}
+	}
+	p.resets[id] = m
+	close(p.applied)
+	p.applied = make(chan struct{})
 }
 
 // drop removes vm id's entry and closes its desk, or stops its dial.
@@ -235,16 +255,16 @@ func (p *Pool) dial(ctx context.Context, e *entry, vm vmm.VM) {
 }
 
 // WaitReset returns once a reset of vm id seen at or after 'since' has
-// been applied to its desk (input released, control handed back), or with
-// ctx's error. A caller that reset the VM itself waits with it so that its
+// been applied to its desk (input released, control handed back), or the
+// VM has died or been destroyed, or with ctx's error. A caller that reset the VM itself waits with it so that its
 // next call never races the lifecycle event.
 func (p *Pool) WaitReset(ctx context.Context, id string, since time.Time) error {
 	for {
 		p.mu.Lock()
-		at, ok := p.resets[id]
+		m, ok := p.resets[id]
 		ch := p.applied
 		p.mu.Unlock()
-		if ok && !at.Before(since) {
+		if ok && (m.gone || !m.at.Before(since)) {
 			return nil
 		}
 		select {

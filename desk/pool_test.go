@@ -376,3 +376,16 @@ func TestWaitReset(t *testing.T) {
 		t.Errorf("WaitReset returned before the desk applied the reset (last event %+v)", ev)
 	}
 }
+
+func TestWaitResetReturnsForAGoneVM(t *testing.T) {
+	r := newRig(t, 1)
+	start := time.Now()
+	if err := r.farm.Destroy(context.Background(), "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.pool.WaitReset(ctx, "vm1", start); err != nil {
+		t.Errorf("wait for a reset of a destroyed VM: %v, want nil (no reset is coming)", err)
+	}
+}

@@ -406,4 +406,19 @@ func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
 	if code != http.StatusOK || ar.ScreenshotWidth != 640 {
 		t.Errorf("episode actions with native size: %d, width %d; want 640 (%s)", code, ar.ScreenshotWidth, b)
 	}
+
+	// Ending the episode resets the VM: the same semantics as a manual
+	// reset, applied before the end answers.
+	vmURL := srv.URL + "/v1/vms/" + ep.VM
+	if code, b := send(t, "POST", vmURL+"/control", ""); code != http.StatusCreated {
+		t.Fatalf("take control: %d %s", code, b)
+	}
+	if code, b := send(t, "DELETE", epURL, ""); code != http.StatusOK {
+		t.Fatalf("end episode: %d %s", code, b)
+	}
+	_, b = send(t, "GET", vmURL+"/control", "")
+	var st ControlStatus
+	if json.Unmarshal(b, &st); st.Human {
+		t.Errorf("a person still holds control of the VM after its episode ended: %s", b)
+	}
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -181,11 +182,21 @@ func (s *server) endEpisode(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()
 	}
+	start := time.Now()
 	ep, err := s.pools.End(r.Context(), r.PathValue("id"), pool.ReasonDeleted)
 	if err != nil {
 		return err
 	}
 	noteVM(r, ep.VM)
+	if s.desks != nil && !ep.VMReplaced {
+		// As a manual reset: answer once the VM's desk has applied the
+		// reset, so that a next episode on it never races the release.
+		wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
+		if err := s.desks.WaitReset(wctx, ep.VM, start); err != nil {
+			s.log.Warn("episode end answered before the desk applied the reset", "vm", ep.VM, "episode", ep.ID, "op", "episode_end", "err", err)
+		}
+		cancel()
+	}
 	writeJSON(w, http.StatusOK, s.episodeResponse(r, ep))
 	return nil
 }
