@@ -81,6 +81,8 @@ const (
 	CodeDisplayError      = "display_error"      // the VNC display failed
 	CodeNoDisplay         = "no_display"         // the server has no display backend
 	CodeHumanControl      = "human_control"      // a person holds control of the VM
+	CodeDisplayClosed     = "display_closed"     // the VM's display closed under the call (VM died or destroyed)
+	CodeTooManyViewers    = "too_many_viewers"   // a viewer connection over the per-VM or farm-wide cap
 )
 
 // StatusClientClosed is nginx's status for a request whose client went
@@ -123,6 +125,8 @@ var statuses = map[string]int{
 	CodeDisplayError:      http.StatusBadGateway,
 	CodeNoDisplay:         http.StatusNotImplemented,
 	CodeHumanControl:      http.StatusConflict,
+	CodeDisplayClosed:     http.StatusGone,
+	CodeTooManyViewers:    http.StatusTooManyRequests,
 }
 
 // Status returns the HTTP status the server sends with code, and 500 for

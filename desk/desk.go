@@ -1,144 +1,229 @@
-// Package desk pairs each ready VM with its live display: one VNC connection
-// (a vnc.Client mirroring the framebuffer) and the action executors that play
-// agent actions onto it. Desks open on first use and close when their VM is
-// destroyed; every consumer of a VM's screen shares the one connection.
 package desk
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
-	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/vnc"
 )
 
-// VMs is what the pool needs from the VM layer.
-type VMs interface {
-	Get(ctx context.Context, id string) (vmm.VM, error)
-}
-
-// Pool holds the desks of a farm's VMs.
-type Pool struct {
-	vms VMs
-	log *slog.Logger
-
-	mu    sync.Mutex
-	desks map[string]*Desk
-}
-
-// NewPool returns an empty pool over vms.
-func NewPool(vms VMs, log *slog.Logger) *Pool {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Pool{vms: vms, log: log, desks: map[string]*Desk{}}
-}
-
-// Desk is one VM's live display and its executors, one per screenshot size
-// (an executor keeps the keys and buttons an agent holds across requests).
+// Desk is one VM's session: its display connection, frame hub, executors,
+// human-control state and activity log. A Pool makes and ends desks; all
+// methods are safe for concurrent use.
 type Desk struct {
-	VM      string
-	Display *vnc.Client
+	// VM is the VM's id.
+	VM string
+	// Display is the VM's screen connection itself, for benchmarks and
+	// tests: input through it bypasses control and the activity log.
+	// Agents use Run, people Takeover.
+	Display Display
 
-	mu    sync.Mutex
-	execs map[string]*actions.Executor
+	disp    Display // the connection itself
+	log     *slog.Logger
+	maxExec int
+	hub     *hub
+
+	done    chan struct{} // closed by close
+	closeMu sync.Mutex
+	closeBy *ClosedError
+
+	execMu sync.Mutex
+	execs  map[string]*list.Element // by size; values *execEntry
+	lru    *list.List               // front: most recently used
+
+	ctl control
+	act activityLog
 }
 
-// dialTimeout bounds connecting to a VM's VNC socket and its first frame.
-const dialTimeout = 15 * time.Second
-
-// Get returns the desk of a ready VM, connecting on first use.
-func (p *Pool) Get(ctx context.Context, id string) (*Desk, error) {
-	vm, err := p.vms.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if vm.State != vmm.StateReady {
-		return nil, fmt.Errorf("display of vm %s: %w (state %s)", id, vmm.ErrNotRunning, vm.State)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if d, ok := p.desks[id]; ok {
-		return d, nil
-	}
-	// Held under p.mu: a second caller for the same VM waits for this dial
-	// rather than opening a second connection. Dials take milliseconds.
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	c, err := vnc.Dial(dctx, vnc.Config{Socket: vm.VNCSocket, VM: id, Log: p.log})
-	if err != nil {
-		return nil, fmt.Errorf("display of vm %s: %w", id, err)
-	}
-	d := &Desk{VM: id, Display: c, execs: map[string]*actions.Executor{}}
-	p.desks[id] = d
-	return d, nil
+type execEntry struct {
+	key string
+	e   *actions.Executor
 }
 
-// Executor returns the desk's executor for a screenshot size.
-func (d *Desk) Executor(size actions.ScreenshotSize) (*actions.Executor, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	key := size.String()
-	if e, ok := d.execs[key]; ok {
-		return e, nil
-	}
-	e, err := actions.NewExecutor(d.Display, actions.ExecutorConfig{Size: size})
-	if err != nil {
-		return nil, err
-	}
-	d.execs[key] = e
-	return e, nil
+func newDesk(id string, disp Display, maxExec int, log *slog.Logger) *Desk {
+	d := &Desk{VM: id, disp: disp, log: log, maxExec: maxExec, done: make(chan struct{}),
+		execs: map[string]*list.Element{}, lru: list.New()}
+	d.hub = newHub(id, disp, log)
+	d.act.init()
+	d.ctl.init(id, disp, log)
+	d.Display = disp
+	return d
 }
 
-// ReleaseInput lets go of every key and button agents hold on the desk, as
-// after a reset, when the guest no longer knows of them.
-func (d *Desk) ReleaseInput() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// Done is closed when the desk closes; Err then says why.
+func (d *Desk) Done() <-chan struct{} { return d.done }
+
+// Err is nil while the desk is open, then a *ClosedError.
+func (d *Desk) Err() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closeBy == nil {
+		return nil
+	}
+	return d.closeBy
+}
+
+// close ends the desk: viewers and feeds end with why, the connection
+// closes. Held input is not released: the VM is gone.
+func (d *Desk) close(why *ClosedError) {
+	d.closeMu.Lock()
+	if d.closeBy != nil {
+		d.closeMu.Unlock()
+		return
+	}
+	d.closeBy = why
+	close(d.done)
+	d.closeMu.Unlock()
+	d.ctl.clear()
+	// The connection first: by the time a viewer or feed hears of the
+	// close, the VM's display is gone.
+	if err := d.disp.Close(); err != nil {
+		d.log.Debug("close display", "vm", d.VM, "op", "desk.close", "err", err)
+	}
+	d.hub.close()
+	d.act.close()
+	d.log.Info("desk closed", "vm", d.VM, "op", "desk.close", "reason", why.Reason)
+}
+
+// reset applies vmm.EventReset, seen at 'at': held input is released (the
+// guest no longer knows of it, and the executors must not think it held),
+// control goes back to the agent unless it was taken after the reset, and
+// the activity log starts a fresh segment.
+func (d *Desk) reset(at time.Time) {
+	if err := d.releaseAgentInput(); err != nil {
+		d.log.Warn("release agent input after reset", "vm", d.VM, "op", "reset", "err", err)
+	}
+	if d.ctl.releaseBefore(at) {
+		d.log.Info("control handed back to the agent by a reset", "vm", d.VM, "op", "reset")
+	}
+	d.act.segment(at)
+}
+
+// releaseAgentInput lets go of every key and button the executors hold.
+func (d *Desk) releaseAgentInput() error {
+	d.execMu.Lock()
+	es := make([]*actions.Executor, 0, d.lru.Len())
+	for el := d.lru.Front(); el != nil; el = el.Next() {
+		es = append(es, el.Value.(*execEntry).e)
+	}
+	d.execMu.Unlock()
 	var errs []error
-	for _, e := range d.execs {
+	for _, e := range es {
 		errs = append(errs, e.Release())
 	}
 	return errors.Join(errs...)
 }
 
-// Reset releases held input on the VM's desk, if it has one.
-func (p *Pool) Reset(id string) {
-	p.mu.Lock()
-	d := p.desks[id]
-	p.mu.Unlock()
-	if d != nil {
-		if err := d.ReleaseInput(); err != nil {
-			p.log.Warn("release input after reset", "vm", id, "op", "reset", "err", err)
+// executor returns the executor of a screenshot size. At most maxExec are
+// kept: asking for another size evicts the least recently used one, whose
+// held input is released first (in the background: a run in progress on it
+// finishes). Evicting rather than refusing keeps a client that changes its
+// size working; the cost is that holds made under the evicted size end.
+func (d *Desk) executor(size actions.ScreenshotSize) (*actions.Executor, error) {
+	key := size.String()
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	if el, ok := d.execs[key]; ok {
+		d.lru.MoveToFront(el)
+		return el.Value.(*execEntry).e, nil
+	}
+	e, err := actions.NewExecutor(d.disp, actions.ExecutorConfig{Size: size, Logger: d.log.With("vm", d.VM)})
+	if err != nil {
+		return nil, err
+	}
+	for d.lru.Len() >= d.maxExec {
+		old := d.lru.Remove(d.lru.Back()).(*execEntry)
+		delete(d.execs, old.key)
+		d.log.Info("executor evicted", "vm", d.VM, "op", "actions", "size", old.key, "max", d.maxExec)
+		go func() {
+			if err := old.e.Release(); err != nil {
+				d.log.Warn("release input of evicted executor", "vm", d.VM, "op", "actions", "size", old.key, "err", err)
+			}
+		}()
+	}
+	d.execs[key] = d.lru.PushFront(&execEntry{key: key, e: e})
+	return e, nil
+}
+
+// Executors returns the screenshot sizes the desk keeps executors for,
+// most recently used first.
+func (d *Desk) Executors() []string {
+	d.execMu.Lock()
+	defer d.execMu.Unlock()
+	var out []string
+	for el := d.lru.Front(); el != nil; el = el.Next() {
+		out = append(out, el.Value.(*execEntry).key)
+	}
+	return out
+}
+
+// RunResult is what Run played and what the agent sees.
+type RunResult struct {
+	actions.Result
+	// Screenshot is the agent's coordinate space (the screenshot size).
+	Screenshot image.Point
+}
+
+// Run plays an agent's actions at a screenshot size and records what ran in
+// the activity log. It refuses with a *HumanControlError while a person
+// holds control.
+func (d *Desk) Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (RunResult, error) {
+	if err := d.Err(); err != nil {
+		return RunResult{}, err
+	}
+	if since, ok := d.Human(); ok {
+		return RunResult{}, &HumanControlError{VM: d.VM, Since: since}
+	}
+	e, err := d.executor(size)
+	if err != nil {
+		return RunResult{}, err
+	}
+	res, err := e.Run(ctx, acts, opts)
+	sc := e.Scaler()
+	d.act.add(agentEvents(acts, res, sc)...)
+	out := RunResult{Result: res}
+	out.Screenshot.X, out.Screenshot.Y = sc.ScreenshotSize()
+	if err != nil {
+		return out, fmt.Errorf("actions on vm %s: %w", d.VM, err)
+	}
+	return out, nil
+}
+
+// ScreenshotOptions asks for one screenshot.
+type ScreenshotOptions struct {
+	// Size scales the image ("native" is the zero value).
+	Size actions.ScreenshotSize
+	// Fresh first proves the mirror current with an update round trip (~30
+	// ms): the screen may have changed by other means (a command run
+	// through the guest agent) while QEMU's refresh timer idles at up to 3
+	// s. Without it the screenshot is a copy of the live mirror: actions
+	// settle before they answer, so it already shows their effect.
+	Fresh bool
+	// Encode picks the format and quality.
+	Encode actions.EncodeOptions
+}
+
+// Screenshot encodes the live framebuffer mirror, cursor included, and
+// returns the bytes and their media type.
+func (d *Desk) Screenshot(ctx context.Context, o ScreenshotOptions) ([]byte, string, error) {
+	if err := d.Err(); err != nil {
+		return nil, "", err
+	}
+	if o.Fresh {
+		if _, err := d.disp.Settle(ctx, 0, time.Second); err != nil {
+			return nil, "", fmt.Errorf("screenshot of vm %s: %w: %w", d.VM, actions.ErrDisplay, err)
 		}
 	}
-}
-
-// Drop closes the VM's desk, if it has one. Call it before destroying the VM.
-func (p *Pool) Drop(id string) {
-	p.mu.Lock()
-	d := p.desks[id]
-	delete(p.desks, id)
-	p.mu.Unlock()
-	if d != nil {
-		d.Display.Close()
+	img := d.disp.Snapshot()
+	sc, err := actions.NewScaler(img.Bounds().Dx(), img.Bounds().Dy(), o.Size)
+	if err != nil {
+		return nil, "", err
 	}
-}
-
-// Close closes every desk.
-func (p *Pool) Close() {
-	p.mu.Lock()
-	ids := make([]string, 0, len(p.desks))
-	for id := range p.desks {
-		ids = append(ids, id)
-	}
-	p.mu.Unlock()
-	for _, id := range ids {
-		p.Drop(id)
-	}
+	return actions.Encode(sc.Screenshot(img), o.Encode)
 }

@@ -2,13 +2,13 @@ package web
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/desk"
 )
 
 const maxActionsBody = 4 << 20
@@ -17,11 +17,10 @@ func (s *server) noDisplay() error {
 	return &httpError{status: http.StatusNotImplemented, code: api.CodeNoDisplay, msg: "this server has no display backend"}
 }
 
-func (s *server) act(w http.ResponseWriter, r *http.Request) error {
+func (s *server) act(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
 	}
-	id := vmID(r)
 	var body api.ActionsRequest
 	if err := decodeJSON(w, r, &body, maxActionsBody); err != nil {
 		return err
@@ -34,26 +33,23 @@ func (s *server) act(w http.ResponseWriter, r *http.Request) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	if body.ScreenshotSize == "" {
+		body.ScreenshotSize = t.screenshotSize
+	}
 	size, err := parseSize(body.ScreenshotSize)
 	if err != nil {
 		return err
 	}
-	d, err := s.desks.Get(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	e, err := d.Executor(size)
+	d, err := s.desks.Get(t.ctx, t.vm)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	res, err := e.Run(r.Context(), acts, opts)
+	res, err := d.Run(t.ctx, size, acts, opts)
 	if err != nil {
-		return fmt.Errorf("actions on vm %s: %w", id, err)
+		return err
 	}
-	s.activity.record(id, acts, res, e.Scaler())
-	sw, sh := e.Scaler().ScreenshotSize()
-	writeJSON(w, http.StatusOK, actionsResponse(res, sw, sh, time.Since(start)))
+	writeJSON(w, http.StatusOK, actionsResponse(res.Result, res.Screenshot.X, res.Screenshot.Y, time.Since(start)))
 	return nil
 }
 
@@ -99,23 +95,26 @@ func parseSize(s string) (actions.ScreenshotSize, error) {
 
 // screenshot serves GET /v1/vms/{id}/screenshot?format=png|jpeg&width=&height=&quality=&fresh=:
 // the live framebuffer mirror (cursor included), scaled when asked.
-func (s *server) screenshot(w http.ResponseWriter, r *http.Request) error {
+func (s *server) screenshot(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
 	}
 	q := r.URL.Query()
-	opts := actions.EncodeOptions{Format: actions.ImageFormat(q.Get("format"))}
+	opts := desk.ScreenshotOptions{Encode: actions.EncodeOptions{Format: actions.ImageFormat(q.Get("format"))}}
 	if v := q.Get("quality"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return invalidf("quality", "%q is not a number (1-100)", v)
 		}
-		opts.Quality = n
+		opts.Encode.Quality = n
 	}
-	if err := opts.Validate(); err != nil {
+	if err := opts.Encode.Validate(); err != nil {
 		return err
 	}
 	size := "native"
+	if t.screenshotSize != "" {
+		size = t.screenshotSize
+	}
 	wq, hq := q.Get("width"), q.Get("height")
 	switch {
 	case wq != "" && hq != "":
@@ -125,34 +124,22 @@ func (s *server) screenshot(w http.ResponseWriter, r *http.Request) error {
 	case q.Get("size") != "":
 		size = q.Get("size")
 	}
-	sz, err := parseSize(size)
-	if err != nil {
-		return err
-	}
-	d, err := s.desks.Get(r.Context(), vmID(r))
-	if err != nil {
+	var err error
+	if opts.Size, err = parseSize(size); err != nil {
 		return err
 	}
 	switch q.Get("fresh") {
 	case "", "false", "0":
-		// A copy of the live mirror, no round trip: actions settle before
-		// they answer, so the mirror already shows their effect.
 	case "true", "1":
-		// The screen may have changed by other means (a command run through
-		// the guest agent) while QEMU's refresh timer idles at up to 3 s:
-		// prove the mirror current first (~30 ms).
-		if _, err := d.Display.Settle(r.Context(), 0, time.Second); err != nil {
-			return fmt.Errorf("screenshot of vm %s: %w: %w", vmID(r), actions.ErrDisplay, err)
-		}
+		opts.Fresh = true
 	default:
 		return invalidf("fresh", "%q: accepted values are true and false", q.Get("fresh"))
 	}
-	img := d.Display.Snapshot()
-	sc, err := actions.NewScaler(img.Bounds().Dx(), img.Bounds().Dy(), sz)
+	d, err := s.desks.Get(t.ctx, t.vm)
 	if err != nil {
 		return err
 	}
-	out, mt, err := actions.Encode(sc.Screenshot(img), opts)
+	out, mt, err := d.Screenshot(t.ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,9 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -46,23 +44,8 @@ func (s *server) initEpisodes(opts Options) {
 			s.log.Warn("register api metrics", "op", "metrics", "err", err)
 		}
 	}
-	if s.pools != nil {
-		s.pools.SetHooks(func(vm string) {
-			// The guest is back at its snapshot: nothing is held, no one
-			// has taken over.
-			if s.desks != nil {
-				s.desks.Reset(vm)
-			}
-			s.control.release(vm)
-			s.activity.forget(vm)
-		}, func(vm string) {
-			if s.desks != nil {
-				s.desks.Drop(vm)
-			}
-			s.control.release(vm)
-			s.activity.forget(vm)
-		})
-	}
+	// No hooks into the pool: its resets and destroys reach the desks as
+	// the farm's lifecycle events (package desk).
 }
 
 // timed observes h's latency in hv.
@@ -155,11 +138,21 @@ func (s *server) endEpisode(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()
 	}
+	start := time.Now()
 	ep, err := s.pools.End(r.Context(), r.PathValue("id"), pool.ReasonDeleted)
 	if err != nil {
 		return err
 	}
 	noteVM(r, ep.VM)
+	if s.desks != nil && !ep.VMReplaced {
+		// As a manual reset: answer once the VM's desk has applied the
+		// reset, so that a next episode on it never races the release.
+		wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
+		if err := s.desks.WaitReset(wctx, ep.VM, start); err != nil {
+			s.log.Warn("episode end answered before the desk applied the reset", "vm", ep.VM, "episode", ep.ID, "op", "episode_end", "err", err)
+		}
+		cancel()
+	}
 	writeJSON(w, http.StatusOK, s.episodeResponse(r, ep))
 	return nil
 }
@@ -172,12 +165,10 @@ func (s *server) listPools(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// onEpisode runs a VM handler on an episode's VM: {id} is resolved to the
-// VM, which stays the episode's for the call (an end waits for it, and
-// cancels it). A dead VM ends the episode and the pool replaces the VM.
-// screenshotDefault says whether to apply the pool's screenshot_size when
-// the request names none.
-func (s *server) onEpisode(h apiHandler, screenshotDefault bool) apiHandler {
+// onEpisode resolves /v1/episodes/{id} to a target: the episode's VM, the
+// pool's screenshot size as the default, and the lease's context. The VM
+// stays the episode's for the call (an end waits for it, and cancels it).
+func (s *server) onEpisode(h targetHandler) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.pools == nil {
 			return s.noPools()
@@ -192,61 +183,17 @@ func (s *server) onEpisode(h apiHandler, screenshotDefault bool) apiHandler {
 			return err
 		}
 		defer release()
-		r2 := r.WithContext(ctx)
-		r2.SetPathValue("id", vm)
-		if screenshotDefault {
-			if err := defaultScreenshotSize(w, r2, ep.ScreenshotSize); err != nil {
-				return err
-			}
-		}
-		err = h(w, r2)
+		noteVM(r, vm)
+		err = h(w, r, target{vm: vm, episode: id, screenshotSize: ep.ScreenshotSize, ctx: ctx})
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, vmm.ErrDead):
-			s.pools.Failed(id, err)
+			// The pool learns of the death from the farm's EventDied.
 			return fmt.Errorf("episode %s (vm %s): %w; the episode is ended and the pool replaces the vm", id, vm, err)
 		case ctx.Err() != nil && r.Context().Err() == nil:
 			return fmt.Errorf("episode %s (vm %s): %w during the call: %w", id, vm, pool.ErrEpisodeEnded, err)
 		}
 		return fmt.Errorf("episode %s (vm %s): %w", id, vm, err)
 	}
-}
-
-// defaultScreenshotSize makes the pool's screenshot size the default of an
-// episode's actions body (field screenshot_size) or screenshot query
-// (size), so the agent sees what the pool declares without repeating it.
-func defaultScreenshotSize(w http.ResponseWriter, r *http.Request, size string) error {
-	if size == "" {
-		return nil
-	}
-	if r.Method == http.MethodGet {
-		q := r.URL.Query()
-		if q.Get("size") == "" && q.Get("width") == "" && q.Get("height") == "" {
-			q.Set("size", size)
-			r.URL.RawQuery = q.Encode()
-		}
-		return nil
-	}
-	if r.ContentLength > maxActionsBody {
-		return tooLargeBody(r.ContentLength, maxActionsBody)
-	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionsBody))
-	if err != nil {
-		return jsonError(err, maxActionsBody)
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(b, &fields) == nil && fields != nil {
-		if _, ok := fields["screenshot_size"]; !ok {
-			fields["screenshot_size"], _ = json.Marshal(size)
-			if nb, err := json.Marshal(fields); err == nil {
-				b = nb
-			}
-		}
-	}
-	// Anything that is not an object goes through unchanged: the handler
-	// names the problem.
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	r.ContentLength = int64(len(b))
-	return nil
 }

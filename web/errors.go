@@ -7,6 +7,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
@@ -54,6 +55,10 @@ var sentinels = []sentinel{
 	{pool.ErrEpisodeEnded, api.CodeEpisodeEnded},
 	{pool.ErrPoolFull, api.CodePoolFull},
 	{pool.ErrHostFull, api.CodeHostFull},
+
+	{desk.ErrHumanControl, api.CodeHumanControl},
+	{desk.ErrNotInControl, api.CodeForbidden},
+	{desk.ErrClosed, api.CodeDisplayClosed},
 
 	{actions.ErrTooLarge, api.CodeTooLarge},
 	{actions.ErrUnsupportedAction, api.CodeUnsupportedAction},

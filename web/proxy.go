@@ -17,13 +17,13 @@ package web
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/vnc"
 )
 
@@ -33,39 +33,37 @@ func (s *server) vncProxy(w http.ResponseWriter, r *http.Request) error {
 		return s.noDisplay()
 	}
 	id := vmID(r)
-	token := r.URL.Query().Get("control_token")
-	if token != "" && !s.control.valid(id, token) {
-		return &httpError{status: http.StatusForbidden, code: CodeForbidden,
-			msg: fmt.Sprintf("vnc of vm %s: the control token is not the current one (take control again)", id)}
-	}
 	d, err := s.desks.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
+	// A stale token is refused before the upgrade, with a clear 403; ""
+	// opens a read-only connection.
+	tk, err := d.Takeover(r.URL.Query().Get("control_token"))
+	if err != nil {
+		return err
+	}
+	defer tk.Close() // releases every key and button the person holds
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return nil // Upgrade answered the client
 	}
-	s.serveRFB(r, id, clientScreen{d.Display}, conn, token)
+	s.serveRFB(r, id, d.Frames(), tk, conn)
 	return nil
 }
 
-// CodeForbidden is the error code of a control token that is not (or no
-// longer) the VM's current one (403).
-const CodeForbidden = "forbidden"
-
 // serveRFB runs vnc.Server on conn until either side goes away.
-func (s *server) serveRFB(r *http.Request, id string, scr screen, conn *websocket.Conn, token string) {
+func (s *server) serveRFB(r *http.Request, id string, frames desk.FrameSource, tk *desk.Takeover, conn *websocket.Conn) {
 	srv := &vnc.Server{
-		Source:       scr,
-		Input:        humanInput{s: s, id: id, scr: scr},
-		InputAllowed: func() bool { return token != "" && s.control.valid(id, token) },
+		Source:       frames,
+		Input:        takeoverInput{tk},
+		InputAllowed: tk.InControl,
 		WriteTimeout: wsWriteTimeout,
 		VM:           id,
 		Log:          s.log,
 	}
 	mode := "read-only"
-	if token != "" {
+	if tk.InControl() {
 		mode = "control"
 	}
 	start := time.Now()
@@ -76,47 +74,12 @@ func (s *server) serveRFB(r *http.Request, id string, scr screen, conn *websocke
 		"forwarded", st.Forwarded, "dropped", st.Dropped, "released", st.Released, "err", err)
 }
 
-// humanInput passes a person's input to the VM's display and records
-// presses for the live view's activity overlay.
-type humanInput struct {
-	s   *server
-	id  string
-	scr screen
-}
+// takeoverInput adapts a desk.Takeover to vnc.InputSink (argument order).
+type takeoverInput struct{ t *desk.Takeover }
 
-func (h humanInput) Key(down bool, keysym uint32) error {
-	err := h.scr.Key(keysym, 0, down)
-	if down {
-		ev := ActivityEvent{Time: time.Now(), Source: "human", Kind: "key_down"}
-		if keysym >= 0x20 && keysym <= 0x7e {
-			ev.Text = string(rune(keysym))
-		} else {
-			ev.Keys = []string{fmt.Sprintf("keysym 0x%x", keysym)}
-		}
-		h.s.activity.add(h.id, ev)
-	}
-	return err
-}
-
-func (h humanInput) Pointer(x, y int, buttons uint8) error {
-	err := h.scr.Pointer(x, y, buttons)
-	if buttons != 0 {
-		h.s.activity.add(h.id, ActivityEvent{Time: time.Now(), Source: "human", Kind: "button_down",
-			X: &x, Y: &y, Button: buttonName(buttons)})
-	}
-	return err
-}
-
-func buttonName(mask uint8) string {
-	switch {
-	case mask&1 != 0:
-		return "left"
-	case mask&2 != 0:
-		return "middle"
-	case mask&4 != 0:
-		return "right"
-	}
-	return "wheel"
+func (i takeoverInput) Key(down bool, keysym uint32) error { return i.t.Key(keysym, down) }
+func (i takeoverInput) Pointer(x, y int, buttons uint8) error {
+	return i.t.Pointer(x, y, buttons)
 }
 
 // wsStream makes a websocket a byte stream for vnc.Server: binary messages

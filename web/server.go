@@ -1,11 +1,11 @@
 package web
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,10 +19,15 @@ import (
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// resetApplyWait bounds how long a reset's answer waits for the desk to
+// apply the reset event (normally well under a millisecond).
+const resetApplyWait = 2 * time.Second
 
 // Body limits.
 const (
@@ -50,9 +55,14 @@ type Options struct {
 	TrustedNets []netip.Prefix
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
-	// Desks gives the live displays for actions and screenshots; nil
-	// answers those endpoints with 501.
+	// Desks gives the live displays for actions, screenshots, viewers and
+	// control; nil answers those endpoints with 501. The pool follows the
+	// farm's lifecycle events by itself: web never cleans desks up.
 	Desks *desk.Pool
+	// MaxViewersPerVM and MaxViewers cap the open viewer connections
+	// (frame streams and activity feeds) of one VM and of the farm; zero
+	// means DefaultMaxViewersPerVM and DefaultMaxViewers.
+	MaxViewersPerVM, MaxViewers int
 	// NoVNCDir is the noVNC package directory served at /novnc/ for taking
 	// over a VM; empty means $DESKFARM_NOVNC_DIR, else DefaultNoVNCDir.
 	NoVNCDir string
@@ -70,10 +80,8 @@ type server struct {
 	trusted []netip.Prefix
 	desks   *desk.Pool
 	// Browser viewers (viewer.go, stream.go, proxy.go, control.go).
-	novnc    string
-	hubs     *hubs
-	activity *activity
-	control  *controls
+	novnc   string
+	viewers *viewerLimits
 	// Pools and metrics (episodes.go).
 	pools    *pool.Manager
 	registry *prometheus.Registry
@@ -98,7 +106,8 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.novnc, s.hubs, s.activity, s.control = noVNCDir(opts.NoVNCDir), newHubs(s.log), newActivity(), newControls()
+	s.novnc = noVNCDir(opts.NoVNCDir)
+	s.viewers = newViewerLimits(opts.MaxViewersPerVM, opts.MaxViewers)
 	if s.trusted == nil {
 		s.trusted = DefaultTrustedNets
 	}
@@ -110,21 +119,23 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"GET", "/v1/vms/{id}", "get", s.get},
 		{"DELETE", "/v1/vms/{id}", "destroy", s.destroy},
 		{"POST", "/v1/vms/{id}/reset", "reset", s.reset},
-		{"POST", "/v1/vms/{id}/exec", "exec", s.exec},
-		{"GET", "/v1/vms/{id}/files", "read_file", s.readFile},
-		{"PUT", "/v1/vms/{id}/files", "write_file", s.writeFile},
-		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.agentInput(s.act))},
-		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.screenshot)},
-		// Episodes lease pool VMs; their VM routes are the ones above (episodes.go).
+		// The VM routes that an episode also has: the handler gets a target
+		// resolved from either path (episodes.go).
+		{"POST", "/v1/vms/{id}/exec", "exec", s.onVM(s.exec)},
+		{"GET", "/v1/vms/{id}/files", "read_file", s.onVM(s.readFile)},
+		{"PUT", "/v1/vms/{id}/files", "write_file", s.onVM(s.writeFile)},
+		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.onVM(s.act))},
+		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.onVM(s.screenshot))},
+		// Episodes lease pool VMs (episodes.go).
 		{"POST", "/v1/episodes", "episode_start", s.startEpisode},
 		{"GET", "/v1/episodes", "episode_list", s.listEpisodes},
 		{"GET", "/v1/episodes/{id}", "episode_get", s.getEpisode},
 		{"DELETE", "/v1/episodes/{id}", "episode_end", s.endEpisode},
-		{"POST", "/v1/episodes/{id}/actions", "actions", s.onEpisode(s.timed(s.met.action, "episode", s.agentInput(s.act)), true)},
-		{"GET", "/v1/episodes/{id}/screenshot", "screenshot", s.onEpisode(s.timed(s.met.screenshot, "episode", s.screenshot), true)},
-		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.exec, false)},
-		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile, false)},
-		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.writeFile, false)},
+		{"POST", "/v1/episodes/{id}/actions", "actions", s.timed(s.met.action, "episode", s.onEpisode(s.act))},
+		{"GET", "/v1/episodes/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "episode", s.onEpisode(s.screenshot))},
+		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.exec)},
+		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile)},
+		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.writeFile)},
 		{"GET", "/v1/pools", "pools", s.listPools},
 		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
@@ -133,9 +144,10 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"GET", "/vms/{id}", "live_view", s.liveView},
 		{"GET", "/assets/{path...}", "assets", s.assets},
 		{"GET", "/novnc/{path...}", "novnc", s.noVNC},
-		{"GET", "/v1/vms/{id}/stream", "stream", s.stream},
-		{"GET", "/v1/vms/{id}/activity", "activity", s.activityStream},
-		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.vncProxy},
+		// Long-lived viewer connections hold a slot of the caps while open.
+		{"GET", "/v1/vms/{id}/stream", "stream", s.capped(s.stream)},
+		{"GET", "/v1/vms/{id}/activity", "activity", s.capped(s.activityStream)},
+		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.capped(s.vncProxy)},
 		{"POST", "/v1/vms/{id}/control", "take_control", s.takeControl},
 		{"GET", "/v1/vms/{id}/control", "control_status", s.controlStatus},
 		{"DELETE", "/v1/vms/{id}/control", "release_control", s.releaseControl},
@@ -242,27 +254,33 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// destroy and reset leave the VM's desk to its lifecycle events
+// (EventDestroyed closes it, EventReset releases input and control; see
+// package desk).
 func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
-	if s.desks != nil {
-		s.desks.Drop(vmID(r))
-	}
 	if err := s.farm.Destroy(r.Context(), vmID(r)); err != nil {
 		return err
 	}
-	s.activity.forget(vmID(r))
-	s.control.release(vmID(r))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
 	id := vmID(r)
+	start := time.Now()
 	res, err := s.farm.Reset(r.Context(), id)
 	if err != nil {
 		return err
 	}
 	if s.desks != nil {
-		s.desks.Reset(id)
+		// Answer once the desk has applied the reset, so that the client's
+		// next call (taking control, holding a key) never races it.
+		wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
+		err := s.desks.WaitReset(wctx, id, start)
+		cancel()
+		if err != nil {
+			s.log.Warn("reset answered before its desk applied it", "vm", id, "op", "reset", "err", err)
+		}
 	}
 	writeJSON(w, http.StatusOK, api.ResetResponse{
 		ID:           id,
@@ -272,8 +290,8 @@ func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
+func (s *server) exec(w http.ResponseWriter, r *http.Request, t target) error {
+	id := t.vm
 	var body api.ExecRequest
 	if err := decodeJSON(w, r, &body, maxExecBody); err != nil {
 		return err
@@ -282,7 +300,7 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.farm.Exec(r.Context(), id, req)
+	res, err := s.farm.Exec(t.ctx, id, req)
 	if err != nil {
 		return err
 	}
@@ -346,13 +364,13 @@ func textOrBase64(b []byte) (text, b64 string) {
 	return "", base64.StdEncoding.EncodeToString(b)
 }
 
-func (s *server) readFile(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
+func (s *server) readFile(w http.ResponseWriter, r *http.Request, t target) error {
+	id := t.vm
 	path, err := guestPath(r)
 	if err != nil {
 		return err
 	}
-	data, err := s.farm.ReadFile(r.Context(), id, path)
+	data, err := s.farm.ReadFile(t.ctx, id, path)
 	if err != nil {
 		return err
 	}
@@ -368,8 +386,8 @@ func (s *server) readFile(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) writeFile(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
+func (s *server) writeFile(w http.ResponseWriter, r *http.Request, t target) error {
+	id := t.vm
 	path, err := guestPath(r)
 	if err != nil {
 		return err
@@ -391,7 +409,7 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fmt.Errorf("read upload for %s on vm %s: %w", path, id, err)
 	}
-	if err := s.farm.WriteFile(r.Context(), id, path, data, uint32(mode)); err != nil {
+	if err := s.farm.WriteFile(t.ctx, id, path, data, uint32(mode)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -410,6 +428,30 @@ func guestPath(r *http.Request) (string, error) {
 		return "", invalidf("path", "contains a NUL byte")
 	}
 	return p, nil
+}
+
+// target is what a VM handler acts on: a VM plus, on an episode's route,
+// the episode's defaults and lease. onVM resolves /v1/vms/{id}, onEpisode
+// /v1/episodes/{id}; the handler never looks at the path.
+type target struct {
+	vm      string
+	episode string // "" on a /v1/vms route
+	// screenshotSize is the default when the request names none; "" is the
+	// route's own default (auto for actions, native for screenshots).
+	screenshotSize string
+	// ctx is the call's context: the request's, or on an episode the
+	// lease's, which an end of the episode cancels.
+	ctx context.Context
+}
+
+// targetHandler is a VM handler.
+type targetHandler func(w http.ResponseWriter, r *http.Request, t target) error
+
+// onVM resolves /v1/vms/{id}.
+func (s *server) onVM(h targetHandler) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return h(w, r, target{vm: vmID(r), ctx: r.Context()})
+	}
 }
 
 // vmID returns the {id} path value and notes it for the request log.

@@ -82,10 +82,12 @@ func (s *server) dashboard(w http.ResponseWriter, r *http.Request) error {
 	rows := make([]dashboardRow, 0, len(vms))
 	for _, vm := range vms {
 		row := dashboardRow{VM: vm, Uptime: since(vm.CreatedAt)}
-		if ev, ok := s.activity.last(vm.ID); ok {
-			row.LastAction, row.LastAgo = describe(ev), since(ev.Time)
+		if d := s.peek(vm.ID); d != nil {
+			if ev, ok := d.LastEvent(); ok {
+				row.LastAction, row.LastAgo = describe(activityEvent(ev)), since(ev.Time)
+			}
+			_, row.Human = d.Human()
 		}
-		_, row.Human = s.control.human(vm.ID)
 		rows = append(rows, row)
 	}
 	return s.page(w, "dashboard.html", map[string]any{"VMs": rows, "Now": time.Now().Format(time.TimeOnly)})
@@ -147,12 +149,14 @@ func describe(ev ActivityEvent) string {
 }
 
 // activityStream serves GET /v1/vms/{id}/activity as server-sent events:
-// the kept events (after ?after=N or Last-Event-ID), then each new one.
+// the kept events (after ?after=N or Last-Event-ID), then each new one,
+// until the client goes or the VM's desk closes (a last "closed" event says
+// why).
 func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
-	if _, err := s.farm.Get(r.Context(), id); err != nil {
-		return err
+	if s.desks == nil {
+		return s.noDisplay()
 	}
+	id := vmID(r)
 	var after uint64
 	a := r.URL.Query().Get("after")
 	if a == "" {
@@ -165,6 +169,10 @@ func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
 		}
 		after = n
 	}
+	d, err := s.desks.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -175,9 +183,9 @@ func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
 	for {
-		evs, changed := s.activity.since(id, after)
+		evs, changed := d.Activity(after)
 		for _, ev := range evs {
-			b, err := json.Marshal(ev)
+			b, err := json.Marshal(activityEvent(ev))
 			if err != nil {
 				return fmt.Errorf("activity of vm %s: encode event: %w", id, err)
 			}
@@ -190,7 +198,16 @@ func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		select {
+		case <-d.Done():
+			b, _ := json.Marshal(map[string]string{"reason": d.Err().Error()})
+			fmt.Fprintf(w, "event: closed\ndata: %s\n\n", b) //nolint:errcheck // the last word, best effort
+			rc.Flush()                                       //nolint:errcheck
+			return nil
+		default:
+		}
+		select {
 		case <-changed:
+		case <-d.Done():
 		case <-keepAlive.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return nil

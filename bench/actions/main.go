@@ -105,10 +105,7 @@ func run(image string, n int) error {
 
 	// Click to settled screenshot: open and close the panel menu, a real
 	// repaint, alternating so every click changes the screen.
-	e, err := d.Executor(actions.ScreenshotSize{})
-	if err != nil {
-		return err
-	}
+	native := actions.ScreenshotSize{}
 	menu := fmt.Sprintf(`{"action":"left_click","coordinate":[12,%d]}`, vm.Height-12)
 	empty := fmt.Sprintf(`{"action":"left_click","coordinate":[%d,%d]}`, vm.Width/2, vm.Height/2)
 	// Each settle setting is checked for what matters as much as speed: is
@@ -130,7 +127,7 @@ func run(image string, n int) error {
 		}
 		time.Sleep(time.Second) // idle between turns, as an agent thinking
 		t0 := time.Now()
-		res, err := e.Run(ctx, acts, actions.RunOptions{SettleQuietMS: q})
+		res, err := d.Run(ctx, native, acts, actions.RunOptions{SettleQuietMS: q})
 		if err != nil {
 			return err
 		}
@@ -150,7 +147,7 @@ func run(image string, n int) error {
 	for i := 0; i < 4; i++ {
 		acts, _ := actions.TranslateClaude(actions.Computer20251124, []byte([]string{menu, empty}[i%2]))
 		t0 := time.Now()
-		if _, err := e.Run(ctx, acts, actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}); err != nil {
+		if _, err := d.Run(ctx, native, acts, actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}); err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)

@@ -63,7 +63,7 @@ func run(image string, n, nb int) error {
 	defer desks.Close()
 	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "bench", Image: image, MinWarm: workers, Max: workers}}}
 	cfg.SetDefaults()
-	pools, err := pool.New(ctx, m, cfg, pool.Options{StateDir: stateDir, Log: log, AfterReset: desks.Reset, BeforeDestroy: desks.Drop})
+	pools, err := pool.New(ctx, m, cfg, pool.Options{StateDir: stateDir, Log: log})
 	if err != nil {
 		return err
 	}
@@ -119,8 +119,7 @@ func run(image string, n, nb int) error {
 	pools.Close()
 	vms, _ := m.List(ctx)
 	for _, v := range vms {
-		desks.Drop(v.ID)
-		m.Destroy(ctx, v.ID)
+		m.Destroy(ctx, v.ID) // its desk closes on EventDestroyed
 	}
 	var bootEpisodes []time.Duration
 	t0 = time.Now()
@@ -208,15 +207,8 @@ func bootEpisode(ctx context.Context, m *vmm.Manager, desks *desk.Pool, image st
 	if err != nil {
 		return err
 	}
-	defer func() {
-		desks.Drop(vm.ID)
-		m.Destroy(ctx, vm.ID)
-	}()
+	defer m.Destroy(ctx, vm.ID) //nolint:errcheck // its desk closes on EventDestroyed
 	d, err := desks.Get(ctx, vm.ID)
-	if err != nil {
-		return err
-	}
-	e, err := d.Executor(actionsAuto)
 	if err != nil {
 		return err
 	}
@@ -225,7 +217,7 @@ func bootEpisode(ctx context.Context, m *vmm.Manager, desks *desk.Pool, image st
 		if err != nil {
 			return err
 		}
-		if _, err := e.Run(ctx, acts, runDefaults); err != nil {
+		if _, err := d.Run(ctx, actionsAuto, acts, runDefaults); err != nil {
 			return err
 		}
 	}

@@ -143,13 +143,13 @@ func measure(ctx context.Context, d *desk.Desk, url string, n int, window, inter
 	time.Sleep(500 * time.Millisecond) // key frames out of the way
 
 	// Damage as the mirror sees it.
-	sub := d.Display.Subscribe()
+	damage, stopDamage := d.Display.Damage()
 	var changes []time.Time
 	var cmu sync.Mutex
 	subDone := make(chan struct{})
 	go func() {
 		defer close(subDone)
-		for range sub.C {
+		for range damage {
 			cmu.Lock()
 			changes = append(changes, time.Now())
 			cmu.Unlock()
@@ -173,7 +173,7 @@ func measure(ctx context.Context, d *desk.Desk, url string, n int, window, inter
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpu0
 	time.Sleep(300 * time.Millisecond) // the last frames
-	sub.Close()
+	stopDamage()
 	<-subDone
 	for _, c := range conns {
 		c.Close()
