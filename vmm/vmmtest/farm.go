@@ -39,6 +39,10 @@ type Farm struct {
 	ExecFn func(vmm.ExecRequest) (vmm.ExecResult, error)
 	// FailReset fails the next reset of a VM with the error, once.
 	FailReset map[string]error
+	// MemoryLimitMiB, when set, is the admission limit (vmm.Config's):
+	// a create whose memory does not fit beside the VMs alive is refused
+	// as vmm.Manager refuses it. 0 means no limit.
+	MemoryLimitMiB int
 
 	// LastExec is the last request Exec received.
 	LastExec vmm.ExecRequest
@@ -104,8 +108,19 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 		defer f.mu.Unlock()
 		return vmm.VM{}, f.Err
 	}
+	if f.MemoryLimitMiB > 0 {
+		if used := f.usedLocked(); used+o.MemoryMiB > f.MemoryLimitMiB {
+			defer f.mu.Unlock()
+			return vmm.VM{}, fielderr.Newf("memory_mib", vmm.ErrInsufficientResources, "%d MiB requested but %d of the %d MiB for guests are taken by other VMs",
+				o.MemoryMiB, used, f.MemoryLimitMiB)
+		}
+	}
 	f.nextID++
-	v := &vmm.VM{ID: fmt.Sprintf("vm%d", f.nextID), Image: o.Image, State: vmm.StateCreating,
+	network := o.Network
+	if network == "" {
+		network = vmm.NetworkNone
+	}
+	v := &vmm.VM{Network: network, Forwards: o.Forwards, ID: fmt.Sprintf("vm%d", f.nextID), Image: o.Image, State: vmm.StateCreating,
 		MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, Width: o.Width, Height: o.Height, Accel: "tcg",
 		CreatedAt: time.Now(), Start: vmm.StartBoot, Labels: maps.Clone(o.Labels)}
 	if v.Width == 0 {
@@ -303,4 +318,22 @@ func (f *Farm) File(id, path string) ([]byte, bool) {
 	defer f.mu.Unlock()
 	b, ok := f.files[id+":"+path]
 	return b, ok
+}
+
+func (f *Farm) usedLocked() int {
+	used := 0
+	for _, v := range f.vms {
+		if v.State != vmm.StateBroken {
+			used += v.MemoryMiB
+		}
+	}
+	return used
+}
+
+// Capacity returns the guest memory of the VMs not broken and
+// MemoryLimitMiB, as vmm.Manager.Capacity does.
+func (f *Farm) Capacity() (usedMiB, limitMiB int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.usedLocked(), f.MemoryLimitMiB
 }
