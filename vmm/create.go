@@ -43,6 +43,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 		delete(m.vms, mc.meta.ID)
 		m.mu.Unlock()
 		mc.gone = true
+		mc.stop()
 		if c.defined {
 			m.publish(EventDestroyed, mc, "create failed")
 		}
@@ -73,7 +74,7 @@ type creation struct {
 func (m *Manager) newCreation(img BaseImage, opts CreateOptions) *creation {
 	id := newID()
 	dir := m.vmDir(id)
-	mc := &machine{mem: opts.MemoryMiB, meta: metadata{ID: id, Image: img.Name, ImageHash: img.Hash, State: StateCreating, Dir: dir,
+	mc := &machine{mem: opts.MemoryMiB, stopWatch: make(chan struct{}), meta: metadata{ID: id, Image: img.Name, ImageHash: img.Hash, State: StateCreating, Dir: dir,
 		Accel: m.accel, Width: opts.Width, Height: opts.Height, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
 		Created: time.Now().UTC().Truncate(time.Second), Network: opts.Network, Forwards: slices.Clone(opts.Forwards)}}
 	for k, v := range opts.Labels {
@@ -187,6 +188,7 @@ func (c *creation) startDomain(ctx context.Context) error {
 	id := c.mc.meta.ID
 	c.mc.agent = &agent{hv: c.m.hv, dom: c.mc.dom, vm: id}
 	c.mc.mon = &monitor{hv: c.m.hv, dom: c.mc.dom, vm: id}
+	c.m.watchProcess(c.mc)
 	sess, err := dialSession(ctx, id, c.spec.SessionSock, c.alive(ctx))
 	c.mc.session = sess
 	return err

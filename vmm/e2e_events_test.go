@@ -73,8 +73,11 @@ func TestE2EDeathIsAnnounced(t *testing.T) {
 	}
 	start := time.Now()
 	ev := waitEvent(t, evs, killed.ID, vmm.EventDied, 2*time.Second)
+	if d := time.Since(start); d > 1200*time.Millisecond {
+		t.Errorf("death announced only %s after kill -9; want about 1 s", d.Round(time.Millisecond))
+	}
 	t.Logf("kill -9: died after %s: %s", time.Since(start).Round(time.Millisecond), ev.Reason)
-	if !strings.Contains(ev.Reason, "qemu crashed") || ev.VM.State != vmm.StateBroken {
+	if !strings.HasPrefix(ev.Reason, "qemu") || ev.VM.State != vmm.StateBroken {
 		t.Fatalf("event %+v", ev)
 	}
 	if got, err := m.Get(ctx, killed.ID); err != nil || got.State != vmm.StateBroken {
@@ -91,7 +94,10 @@ func TestE2EDeathIsAnnounced(t *testing.T) {
 	// The agent dies with the guest, so this exec may fail; the event is what counts.
 	_, _ = m.Exec(ctx, off.ID, vmm.ExecRequest{Argv: []string{"poweroff", "-f"}, Timeout: 5 * time.Second})
 	ev = waitEvent(t, evs, off.ID, vmm.EventDied, 10*time.Second)
-	if ev.Reason != "guest powered off" {
+	// libvirt's reason, or the process watch's when libvirt was slower than
+	// its grace period (see vmm/pidwatch.go).
+	t.Logf("poweroff: %s", ev.Reason)
+	if ev.Reason != "guest powered off" && !strings.HasPrefix(ev.Reason, "qemu exited") {
 		t.Fatalf("poweroff: event %+v", ev)
 	}
 

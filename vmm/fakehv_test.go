@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -32,12 +35,17 @@ type fakeHV struct {
 	agentReply func(execute, cmd string) (reply string, ok bool)
 	agentCmds  []string // every agent command as sent
 	secmodel   string   // capabilities: the host's MAC model, "" for none
-	calls      []string
-	evs        chan domainEvent
-	closed     bool
+	// pidDir, when set, makes a started domain run a real process (sleep)
+	// standing in for QEMU, with its pid in pidDir/<name>.pid as libvirt
+	// keeps it.
+	pidDir string
+	calls  []string
+	evs    chan domainEvent
+	closed bool
 }
 
 type fakeDom struct {
+	proc  *exec.Cmd
 	dom   libvirt.Domain
 	xml   string
 	meta  string
@@ -149,6 +157,16 @@ func (f *fakeHV) startDomain(ctx context.Context, dom libvirt.Domain, paused boo
 	if err != nil {
 		return err
 	}
+	if f.pidDir != "" {
+		d.proc = exec.Command("sleep", "600")
+		if err := d.proc.Start(); err != nil {
+			return err
+		}
+		go d.proc.Wait()
+		if err := os.WriteFile(filepath.Join(f.pidDir, dom.Name+".pid"), []byte(fmt.Sprintf("%d\n", d.proc.Process.Pid)), 0o600); err != nil {
+			return err
+		}
+	}
 	d.state = libvirt.DomainRunning
 	if paused {
 		d.state = libvirt.DomainPaused
@@ -194,6 +212,10 @@ func (f *fakeHV) guest(d *fakeDom, ln net.Listener, ready bool) {
 // stopLocked makes a domain's QEMU go away.
 func (d *fakeDom) stopLocked() {
 	d.state = libvirt.DomainShutoff
+	if d.proc != nil {
+		d.proc.Process.Kill()
+		d.proc = nil
+	}
 	if d.ln != nil {
 		d.ln.Close()
 		d.ln = nil

@@ -126,9 +126,16 @@ func (c *libvirtConn) run(l *libvirt.Libvirt) {
 	defer close(c.evs)
 	first := true
 	for {
+		start := time.Now()
 		c.serve(l, !first)
 		first = false
-		l = c.redial()
+		// A connection that failed at once (say, events refused) is not
+		// redialled in a tight loop.
+		wait := time.Duration(0)
+		if time.Since(start) < time.Second {
+			wait = redialMin
+		}
+		l = c.redial(wait)
 		if l == nil {
 			return
 		}
@@ -200,25 +207,23 @@ func (c *libvirtConn) emit(ev domainEvent) {
 	}
 }
 
-// redial dials with backoff until it succeeds or the conn is closed (nil).
-func (c *libvirtConn) redial() *libvirt.Libvirt {
+// redial dials with backoff, after wait, until it succeeds or the conn is
+// closed (nil).
+func (c *libvirtConn) redial(wait time.Duration) *libvirt.Libvirt {
 	delay := redialMin
 	for {
 		select {
 		case <-c.done:
 			return nil
-		default:
+		case <-time.After(wait):
 		}
+		wait = 0
 		l, err := c.dial()
 		if err == nil {
 			return l
 		}
 		c.log.Debug("redial libvirtd failed", "op", "libvirt-connect", "err", err, "retry_in", delay)
-		select {
-		case <-c.done:
-			return nil
-		case <-time.After(delay):
-		}
+		wait = delay
 		delay = min(delay*2, redialMax)
 	}
 }

@@ -72,6 +72,9 @@ type Config struct {
 	// ErrInsufficientResources. Default: the host's memory as libvirt
 	// reports it less MemoryReserveMiB.
 	MemoryLimitMiB int
+	// QEMUPidDir holds libvirt's <domain>.pid files, for watching QEMU
+	// processes directly. Default DefaultQEMUPidDir.
+	QEMUPidDir string
 	// MemoryReserveMiB is kept for the host (deskfarm, libvirtd, QEMU's own
 	// overhead, page cache) when MemoryLimitMiB is 0. Default
 	// DefaultMemoryReserveMiB.
@@ -106,6 +109,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.QEMUPidDir == "" {
+		c.QEMUPidDir = DefaultQEMUPidDir
 	}
 	if c.MemoryReserveMiB == 0 {
 		c.MemoryReserveMiB = DefaultMemoryReserveMiB
@@ -144,6 +150,10 @@ type machine struct {
 	dead atomic.Bool
 	// deathReason says why, once dead (under mu).
 	deathReason string
+	// stopWatch ends the QEMU process watch (watchProcess); closed once
+	// the VM is gone or the Manager closes.
+	stopWatch chan struct{}
+	stopOnce  sync.Once
 
 	mu      sync.RWMutex
 	meta    metadata
@@ -241,6 +251,7 @@ func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		for _, mc := range m.vms {
+			mc.stop()
 			if mc.session != nil {
 				mc.session.close()
 			}
@@ -653,6 +664,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("destroy vm %s: %w", id, err)
 	}
 	mc.gone = true
+	mc.stop()
 	m.mu.Lock()
 	delete(m.vms, id)
 	m.mu.Unlock()
@@ -706,6 +718,15 @@ func (m *Manager) ready(id, op string) (*machine, error) {
 		return nil, err
 	}
 	return mc, nil
+}
+
+// stop ends mc's background watch.
+func (mc *machine) stop() {
+	mc.stopOnce.Do(func() {
+		if mc.stopWatch != nil {
+			close(mc.stopWatch)
+		}
+	})
 }
 
 // notReadyErr says why mc cannot take op: ErrNotRunning, and ErrDead too

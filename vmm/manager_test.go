@@ -49,8 +49,11 @@ func newTestFarm(t *testing.T, hv *fakeHV, tweak func(*Config)) *testFarm {
 		t.Fatal(err)
 	}
 	cfg := Config{StateDir: state, Images: testImages{BaseImage{Name: "tiny", Hash: "abc", Disk: base, Kernel: "/k", Initrd: "/i"}},
-		BootTimeout: 2 * time.Second, AgentTimeout: 2 * time.Second,
+		BootTimeout: 2 * time.Second, AgentTimeout: 2 * time.Second, QEMUPidDir: hv.pidDir,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if cfg.QEMUPidDir == "" {
+		cfg.QEMUPidDir = filepath.Join(dir, "no-pids")
+	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -539,4 +542,44 @@ func TestNetworkOptions(t *testing.T) {
 	if plain.Network != NetworkNone || plain.Start != StartBoot {
 		t.Fatalf("vm without network %+v (must not start from a networked VM's saved state)", plain)
 	}
+}
+
+// A QEMU that exits is announced within about a second even when libvirt
+// stays silent: vmm watches the process itself.
+func TestDiedFromProcessExit(t *testing.T) {
+	hv := newFakeHV()
+	hv.pidDir = t.TempDir()
+	f := newTestFarm(t, hv, nil)
+	vm, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.next(t)
+	f.next(t)
+	hv.mu.Lock()
+	proc := hv.doms[vm.Domain].proc
+	hv.mu.Unlock()
+	start := time.Now()
+	proc.Process.Kill() // no libvirt event follows
+	ev := f.next(t)
+	if ev.Kind != EventDied || ev.Reason != reasonProcessExited || ev.VM.State != StateBroken {
+		t.Fatalf("event %+v", ev)
+	}
+	t.Logf("announced %s after the exit", time.Since(start).Round(time.Millisecond))
+
+	// deskfarm's own destroy is not announced as a death.
+	vm2, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Destroy(context.Background(), vm2.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if ev := f.next(t); ev.Kind == EventDied {
+			t.Fatalf("destroy announced as a death: %+v", ev)
+		}
+	}
+	time.Sleep(pidExitGrace + 100*time.Millisecond)
+	f.noEvent(t)
 }

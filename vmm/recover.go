@@ -39,6 +39,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			continue
 		}
 		m.vms[id] = mc
+		m.watchProcess(mc)
 		adopted[id] = true
 		m.log.Info("adopted vm", "vm", id, "op", "recover", "image", mc.meta.Image)
 	}
@@ -90,7 +91,7 @@ func (m *Manager) adopt(ctx context.Context, d libvirt.Domain) (mc *machine, why
 	}
 	// A directory made by an older deskfarm may be group-readable.
 	_ = os.Chmod(md.Dir, vmDirMode)
-	mc = &machine{mem: md.MemoryMiB, meta: md, dom: d,
+	mc = &machine{mem: md.MemoryMiB, stopWatch: make(chan struct{}), meta: md, dom: d,
 		agent: &agent{hv: m.hv, dom: d, vm: md.ID},
 		mon:   &monitor{hv: m.hv, dom: d, vm: md.ID}}
 	// The session channel is how resets set the clock; without it they fall
