@@ -270,12 +270,29 @@ func call[T any](ctx context.Context, c *libvirtConn, idempotent bool, f func(l 
 			return zero, err
 		}
 		v, err := callCtx(ctx, l, f)
-		if err == nil || ctx.Err() != nil || l.IsConnected() {
+		if err == nil || ctx.Err() != nil || !connLost(ctx, l, err) {
 			return v, err
 		}
 		if !idempotent || attempt > 0 {
 			return zero, fmt.Errorf("%w (libvirt connection lost during the call; not retried)", err)
 		}
+	}
+}
+
+// connLost reports whether err came from the connection dropping rather than
+// from libvirtd's answer. A write can fail (EPIPE) before go-libvirt's reader
+// has noticed the drop, so a transport error waits briefly for it.
+func connLost(ctx context.Context, l *libvirt.Libvirt, err error) bool {
+	if libvirtCode(err) != -1 {
+		return false // libvirtd answered with an error
+	}
+	select {
+	case <-l.Disconnected():
+		return true
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Second):
+		return false
 	}
 }
 
