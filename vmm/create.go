@@ -31,11 +31,13 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	}
 	c := m.newCreation(img, opts)
 	mc := c.mc
+	// Locked before it is visible: a Destroy of the new id must wait for
+	// the create to finish or unwind.
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
 	if err := m.admit(mc); err != nil {
 		return VM{}, err
 	}
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
 	c.log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs,
 		"accel", m.accel, "start", mc.meta.Start)
 	if err := runSteps(ctx, c.log, c.steps()); err != nil {

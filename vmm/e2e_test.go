@@ -91,6 +91,21 @@ func TestE2ETinyLifecycle(t *testing.T) {
 	if strings.Contains(xml, "port=") && strings.Contains(xml, "<graphics type='vnc' port") {
 		t.Error("vnc listens on a tcp port")
 	}
+	// No network unless asked for.
+	if strings.Contains(xml, "<interface") || strings.Contains(xml, "-netdev") {
+		t.Error("a vm created without a network has a network device")
+	}
+	// Nothing of the VM is readable by other users: QEMU's user owns its
+	// directory alone, and the disk is private.
+	for path, want := range map[string]os.FileMode{filepath.Dir(vm.VNCSocket): 0o700, filepath.Join(filepath.Dir(vm.VNCSocket), "disk.qcow2"): 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %o, want %o", path, fi.Mode().Perm(), want)
+		}
+	}
 
 	// Guest agent: argv, stdin, exit code, stderr, timeout.
 	if res := mustExec(t, m, vm.ID, "echo", "hello world"); string(res.Stdout) != "hello world\n" || res.ExitCode != 0 {
