@@ -215,6 +215,11 @@ func (c *libvirtConn) redial(wait time.Duration) *libvirt.Libvirt {
 		select {
 		case <-c.done:
 			return nil
+		default:
+		}
+		select {
+		case <-c.done:
+			return nil
 		case <-time.After(wait):
 		}
 		wait = 0

@@ -150,6 +150,9 @@ type machine struct {
 	dead atomic.Bool
 	// deathReason says why, once dead (under mu).
 	deathReason string
+	// exitReason is why QEMU is about to exit, when libvirt said so ahead
+	// of the exit (a guest shutdown): a string, or nil.
+	exitReason atomic.Value
 	// stopWatch ends the QEMU process watch (watchProcess); closed once
 	// the VM is gone or the Manager closes.
 	stopWatch chan struct{}
@@ -245,7 +248,9 @@ func newManager(ctx context.Context, cfg Config, hv hypervisor, accel string, ui
 // Accel is the accelerator new VMs use ("kvm" or "tcg").
 func (m *Manager) Accel() string { return m.accel }
 
-// Close disconnects from libvirtd. VMs keep running; a new Manager adopts them.
+// Close disconnects from libvirtd. VMs keep running; a new Manager adopts
+// them. The closed Manager knows no VMs any more: List is empty and every
+// id is ErrNotFound, so nothing acts on a VM another Manager may own.
 func (m *Manager) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
@@ -256,6 +261,7 @@ func (m *Manager) Close() error {
 				mc.session.close()
 			}
 		}
+		m.vms = map[string]*machine{}
 		m.mu.Unlock()
 		err = m.hv.close() // ends the event stream, and with it watch
 		<-m.watchDone

@@ -567,6 +567,26 @@ func TestDiedFromProcessExit(t *testing.T) {
 	}
 	t.Logf("announced %s after the exit", time.Since(start).Round(time.Millisecond))
 
+	// A guest shutdown libvirt reported ahead of the exit names the death
+	// at once.
+	off, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.next(t)
+	f.next(t)
+	hv.mu.Lock()
+	hv.emitLocked(domainEvent{Name: off.Domain, Type: libvirt.DomainEventShutdown, Detail: int32(libvirt.DomainEventShutdownGuest)})
+	proc = hv.doms[off.Domain].proc
+	hv.mu.Unlock()
+	time.Sleep(20 * time.Millisecond) // the event is read before QEMU exits, as in life
+	start = time.Now()
+	proc.Process.Kill()
+	ev = f.next(t)
+	if ev.Kind != EventDied || ev.Reason != "guest powered off" || time.Since(start) >= pidExitGrace {
+		t.Fatalf("event %+v after %s", ev, time.Since(start))
+	}
+
 	// deskfarm's own destroy is not announced as a death.
 	vm2, err := f.m.Create(context.Background(), tinyOpts)
 	if err != nil {

@@ -18,7 +18,8 @@ import (
 // a second regardless, vmm also watches each QEMU process itself through a
 // pidfd. libvirt's event carries the better reason (powered off, crashed,
 // destroyed), so a process exit is announced only if libvirt has said
-// nothing pidExitGrace after it.
+// nothing pidExitGrace after it, unless libvirt announced the exit ahead
+// (a guest shutdown: that reason is used at once).
 
 // DefaultQEMUPidDir is where libvirtd's QEMU driver keeps <domain>.pid files.
 const DefaultQEMUPidDir = "/run/libvirt/qemu"
@@ -37,12 +38,16 @@ func (m *Manager) watchProcess(mc *machine) {
 	pidFile := filepath.Join(m.cfg.QEMUPidDir, DomainPrefix+mc.meta.ID+".pid")
 	stop := mc.stopWatch
 	err := watchPid(pidFile, stop, func() {
-		select {
-		case <-stop:
-			return
-		case <-time.After(pidExitGrace):
+		reason, known := mc.exitReason.Load().(string)
+		if !known {
+			select {
+			case <-stop:
+				return
+			case <-time.After(pidExitGrace):
+			}
+			reason = reasonProcessExited
 		}
-		m.died(mc, reasonProcessExited)
+		m.died(mc, reason)
 	})
 	if err != nil {
 		m.log.Debug("not watching QEMU process; relying on libvirt events", "vm", mc.meta.ID, "op", "watch", "err", err)

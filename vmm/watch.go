@@ -29,10 +29,6 @@ func (m *Manager) watch() {
 			go m.resync()
 			continue
 		}
-		reason, died := deathReason(ev)
-		if !died {
-			continue
-		}
 		id, ok := strings.CutPrefix(ev.Name, DomainPrefix)
 		if !ok {
 			continue
@@ -42,6 +38,21 @@ func (m *Manager) watch() {
 		m.mu.Unlock()
 		if mc == nil {
 			continue // not ours, or already destroyed
+		}
+		if ev.Type == libvirt.DomainEventShutdown {
+			// QEMU reported the shutdown and is about to exit
+			// (on_poweroff=destroy); the process watch may see the exit
+			// before libvirt's stop event and uses this reason then.
+			reason := "guest powered off"
+			if libvirt.DomainEventShutdownDetailType(ev.Detail) == libvirt.DomainEventShutdownHost {
+				reason = "qemu shut down by a signal on the host"
+			}
+			mc.exitReason.Store(reason)
+			continue
+		}
+		reason, died := deathReason(ev)
+		if !died {
+			continue
 		}
 		// Marking takes the VM's lock, which a reset or create in flight
 		// holds until it notices the death itself: don't hold up the stream.
