@@ -257,11 +257,14 @@ func TestE2ECreateFailureLeavesNothing(t *testing.T) {
 	}
 	// Boot: a saved ready state from an earlier test would skip the boot.
 	_, err = m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Boot: true})
-	testenv.Cleanup(t, m) // also releases the state dir for the next farm
 	if !errors.Is(err, vmm.ErrTimeout) || !strings.Contains(err.Error(), "wait-display") {
+		testenv.Cleanup(t, m)
 		t.Fatalf("create with a 300ms boot budget: %v", err)
 	}
+	// Checked while this farm holds the state dir: once it lets go, another
+	// test process may start VMs there.
 	assertNoLeftovers(t)
+	testenv.Cleanup(t, m) // releases the state dir for the next farm
 
 	// A broken base image is named as such, and leaves nothing either.
 	bad := filepath.Join(t.TempDir(), "broken.qcow2")
