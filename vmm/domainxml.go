@@ -185,7 +185,7 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
     <qemu:arg value='-netdev'/>
     <qemu:arg value='{{x .NetdevArg}}'/>
     <qemu:arg value='-device'/>
-    <qemu:arg value='virtio-net-pci,netdev=deskfarm-net0'/>
+    <qemu:arg value='virtio-net-pci,netdev=deskfarm-net0,bus=pci.0,addr=0x1f'/>
   </qemu:commandline>
   {{- end}}
 </domain>
@@ -205,8 +205,11 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
 // Network: none by default, the guest sees no NIC. User mode is QEMU's
 // slirp passed as extra arguments: libvirt 9.0's own <interface
 // type='user'> cannot forward ports without passt, which Debian 12 lacks.
-// libvirt appends these arguments after its own devices, so the NIC takes a
-// free PCI slot. (It marks the domain "tainted: custom-argv" in its log.)
+// The NIC gets the last PCI slot of the pc machine's bus, 0x1f: libvirt
+// gives its own devices slots from 0x2 up, and QEMU would otherwise put
+// the NIC on the first free slot before libvirt's VGA claims slot 2 (seen
+// with QEMU 7.2: "PCI: slot 2 function 0 not available for VGA"). libvirt
+// marks the domain "tainted: custom-argv" in its log.
 func domainXML(s domainSpec) (string, error) {
 	meta, err := s.Meta.marshal()
 	if err != nil {

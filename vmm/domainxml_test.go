@@ -104,7 +104,7 @@ func TestDomainXMLNetwork(t *testing.T) {
 		args = append(args, a.Value)
 	}
 	want := []string{"-netdev", "user,id=deskfarm-net0,hostfwd=tcp:127.0.0.1:19222-:9222,hostfwd=tcp:127.0.0.1:18080-:8080",
-		"-device", "virtio-net-pci,netdev=deskfarm-net0"}
+		"-device", "virtio-net-pci,netdev=deskfarm-net0,bus=pci.0,addr=0x1f"}
 	if !reflect.DeepEqual(args, want) {
 		t.Fatalf("qemu args %q, want %q", args, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,4 +206,63 @@ func TestE2ECaptureReplies(t *testing.T) {
 		}
 		t.Logf("wrote %s", filepath.Join(vmm.TestdataDir, "captures.json"))
 	}
+}
+
+// A VM with user-mode networking gets its forwards on the host's loopback
+// only; a VM without has no network device (TestE2ETinyLifecycle).
+func TestE2EUserNetworkForward(t *testing.T) {
+	m := testenv.Manager(t, "tiny")
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // find a free port
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1,
+		Network: vmm.NetworkUser, Forwards: []vmm.Forward{{GuestPort: 9222, HostPort: port}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.Network != vmm.NetworkUser || len(vm.Forwards) != 1 {
+		t.Fatalf("vm %+v", vm)
+	}
+	if !strings.Contains(virsh(t, "dumpxml", vm.Domain), "hostfwd=tcp:127.0.0.1:"+strconv.Itoa(port)+"-:9222") {
+		t.Fatal("domain lacks the forward")
+	}
+	// QEMU listens on the loopback address, not on every address.
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 2*time.Second)
+	if err != nil {
+		t.Fatalf("forwarded port not listening on 127.0.0.1: %v", err)
+	}
+	c.Close()
+	if listensOnAny(t, port) {
+		t.Fatalf("port %d listens on all addresses", port)
+	}
+	if err := m.Destroy(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listensOnAny reports whether a TCP socket listens on 0.0.0.0:port or [::]:port.
+func listensOnAny(t *testing.T, port int) bool {
+	t.Helper()
+	hexPort := strings.ToUpper(strconv.FormatInt(int64(port), 16))
+	for len(hexPort) < 4 {
+		hexPort = "0" + hexPort
+	}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 || fields[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			addr, p, _ := strings.Cut(fields[1], ":")
+			if p == hexPort && strings.Trim(addr, "0") == "" {
+				return true
+			}
+		}
+	}
+	return false
 }

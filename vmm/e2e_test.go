@@ -115,6 +115,15 @@ func TestE2ETinyLifecycle(t *testing.T) {
 	if err != nil || string(res.Stdout) != "from stdin\x00\xff" {
 		t.Fatalf("cat stdin: %+v %v", res, err)
 	}
+	// Stdin bigger than one agent message goes through a guest file.
+	bigIn := bytes.Repeat([]byte("deskfarm\x00\xff"), 30000) // 300 kB
+	res, err = m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"cat"}, Stdin: bigIn, Timeout: 30 * time.Second})
+	if err != nil || !bytes.Equal(res.Stdout, bigIn) {
+		t.Fatalf("cat of %d bytes of stdin: got %d bytes, %v", len(bigIn), len(res.Stdout), err)
+	}
+	if res := mustExec(t, m, vm.ID, "sh", "-c", "ls -a /tmp | grep -c deskfarm-stdin || true"); strings.TrimSpace(string(res.Stdout)) != "0" {
+		t.Fatalf("staged stdin left in the guest: %q", res.Stdout)
+	}
 	if res := mustExec(t, m, vm.ID, "sh", "-c", "echo oops >&2; exit 3"); res.ExitCode != 3 || string(res.Stderr) != "oops\n" {
 		t.Fatalf("exit code: %+v", res)
 	}
