@@ -21,6 +21,12 @@ type CreateOptions struct {
 	Height int `json:"height"`
 	// Labels are kept with the VM across server restarts.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Network is "none" (the default: no network interface at all) or
+	// "user" (QEMU user-mode networking, outbound only, plus Forwards).
+	Network string `json:"network,omitempty"`
+	// Forwards are host ports on 127.0.0.1 forwarded to guest TCP ports;
+	// only with network "user".
+	Forwards []Forward `json:"forwards,omitempty"`
 }
 
 // VM states.
@@ -53,6 +59,9 @@ type VM struct {
 	Resets int `json:"resets"`
 	// Labels are the VM's labels.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Network and Forwards are as created.
+	Network  string    `json:"network"`
+	Forwards []Forward `json:"forwards,omitempty"`
 }
 
 // VMList is the body of GET /v1/vms.
@@ -134,4 +143,11 @@ func outputBytes(name, text, b64 string) ([]byte, error) {
 // HealthResponse is the body of GET /healthz.
 type HealthResponse struct {
 	Status string `json:"status"` // "ok"
+}
+
+// Forward forwards a host TCP port, bound to 127.0.0.1 only, to a guest
+// TCP port. HostPort 0 in a create request picks a free port.
+type Forward struct {
+	GuestPort int `json:"guest_port"`
+	HostPort  int `json:"host_port"`
 }

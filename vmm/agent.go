@@ -23,22 +23,35 @@ const agentCallTimeout = 10 * time.Second
 // agentReconnectWait bounds retries while libvirt's agent link is down.
 const agentReconnectWait = 3 * time.Second
 
-func (a *agent) run(name string, args, out any) error {
-	return a.runArgs(name, func() any { return args }, out)
+func (a *agent) run(ctx context.Context, name string, args, out any) error {
+	return a.runArgs(ctx, name, func() any { return args }, out)
 }
+
+// idempotentAgentCommands may be re-sent after libvirt's connection dropped
+// mid-call: they change nothing in the guest. guest-exec, guest-file-* and
+// guest-set-time are not among them (a file read advances the file offset).
+var idempotentAgentCommands = map[string]bool{"guest-ping": true, "guest-info": true, "guest-get-time": true}
 
 // runArgs is run with the arguments made afresh for each attempt, for
 // commands whose arguments go stale while retrying (guest-set-time).
-func (a *agent) runArgs(name string, args func() any, out any) error {
-	reply, err := a.attempt(name, args())
+func (a *agent) runArgs(ctx context.Context, name string, args func() any, out any) error {
+	reply, err := a.attempt(ctx, name, args())
 	// After a RAM restore libvirt drops and re-opens its agent connection
 	// (seen for up to ~1 s here); a command in that window is retried rather
-	// than failed, within agentReconnectWait.
+	// than failed, within agentReconnectWait. "not connected" means libvirt
+	// did not pass the command to the guest, so retrying cannot run it twice.
 	for deadline := time.Now().Add(agentReconnectWait); err != nil && notConnected(err) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		reply, err = a.attempt(name, args())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent %s on vm %s: %w", name, a.vm, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+		reply, err = a.attempt(ctx, name, args())
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("agent %s on vm %s: %w", name, a.vm, ctx.Err())
+		}
 		return fmt.Errorf("agent %s on vm %s: %w: %w", name, a.vm, ErrAgent, err)
 	}
 	if err := decodeAgentReply(reply, out); err != nil {
@@ -47,12 +60,15 @@ func (a *agent) runArgs(name string, args func() any, out any) error {
 	return nil
 }
 
-func (a *agent) attempt(name string, args any) (string, error) {
+func (a *agent) attempt(ctx context.Context, name string, args any) (string, error) {
 	cmd, err := encodeAgentCommand(name, args)
 	if err != nil {
 		return "", err
 	}
-	return a.hv.agentCommand(a.dom, cmd, agentCallTimeout)
+	if err := checkRPCString("agent command "+name, len(cmd)); err != nil {
+		return "", err
+	}
+	return a.hv.agentCommand(ctx, a.dom, cmd, idempotentAgentCommands[name])
 }
 
 // notConnected reports the transient state right after boot or a RAM restore
@@ -68,7 +84,7 @@ func (a *agent) waitReady(ctx context.Context, died func() error) error {
 	for {
 		// Each ping retries through "not connected" for agentReconnectWait;
 		// during boot the agent may also time out or not be started yet.
-		err := a.ping()
+		err := a.ping(ctx)
 		if err == nil {
 			return nil
 		}
@@ -86,14 +102,14 @@ func (a *agent) waitReady(ctx context.Context, died func() error) error {
 	}
 }
 
-func (a *agent) ping() error { return a.run("guest-ping", nil, nil) }
+func (a *agent) ping(ctx context.Context) error { return a.run(ctx, "guest-ping", nil, nil) }
 
 // setTime sets the guest clock; after a RAM restore it is back at snapshot time.
-func (a *agent) setTime() error {
-	return a.runArgs("guest-set-time", func() any { return map[string]int64{"time": time.Now().UnixNano()} }, nil)
+func (a *agent) setTime(ctx context.Context) error {
+	return a.runArgs(ctx, "guest-set-time", func() any { return map[string]int64{"time": time.Now().UnixNano()} }, nil)
 }
 
-func (a *agent) execStart(req ExecRequest) (int, error) {
+func (a *agent) execStart(ctx context.Context, req ExecRequest) (int, error) {
 	args := map[string]any{"path": req.Argv[0], "arg": req.Argv[1:], "capture-output": true}
 	if len(req.Env) > 0 {
 		args["env"] = req.Env
@@ -104,30 +120,59 @@ func (a *agent) execStart(req ExecRequest) (int, error) {
 	var r struct {
 		PID int `json:"pid"`
 	}
-	if err := a.run("guest-exec", args, &r); err != nil {
+	if err := a.run(ctx, "guest-exec", args, &r); err != nil {
 		return 0, err
 	}
 	return r.PID, nil
 }
 
-func (a *agent) execStatus(pid int) (execStatus, error) {
+func (a *agent) execStatus(ctx context.Context, pid int) (execStatus, error) {
 	var st execStatus
-	err := a.run("guest-exec-status", map[string]int{"pid": pid}, &st)
+	err := a.run(ctx, "guest-exec-status", map[string]int{"pid": pid}, &st)
 	return st, err
 }
 
-// exec runs argv to completion or the timeout. On timeout the process is
-// killed so nothing keeps running in the guest.
+// maxInlineStdin is the most stdin sent inside the guest-exec command
+// itself. It is one agentWriteChunk: qemu-ga was measured to stall on bigger
+// messages, far below libvirt's own limit (maxRPCString).
+const maxInlineStdin = agentWriteChunk
+
+// exec runs argv to completion, the timeout or the end of ctx. On timeout
+// or cancel the process is killed so nothing keeps running in the guest.
+// Stdin larger than maxInlineStdin is first written to a guest file in
+// chunks and fed to the program from there.
 func (a *agent) exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
-	pid, err := a.execStart(req)
+	if len(req.Stdin) > maxInlineStdin {
+		path := "/tmp/.deskfarm-stdin-" + newID()
+		if err := a.writeFile(ctx, path, req.Stdin); err != nil {
+			a.removeFile(ctx, path)
+			return ExecResult{}, fmt.Errorf("exec %q on vm %s: stage stdin: %w", req.Argv[0], a.vm, err)
+		}
+		// sh opens the file as stdin, unlinks it and becomes the program,
+		// so exit code and signals are the program's own.
+		req.Argv = append([]string{"/bin/sh", "-c", `exec 0<"$0" && rm -f "$0" && exec "$@"`, path}, req.Argv...)
+		req.Stdin = nil
+	}
+	pid, err := a.execStart(ctx, req)
 	if err != nil {
 		return ExecResult{}, err
 	}
-	deadline := time.Now().Add(req.Timeout)
+	kill := func() {
+		// The agent has no kill command: ask the guest's own kill. ctx may
+		// be over, so the kill gets a short budget of its own.
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = a.execStart(kctx, ExecRequest{Argv: []string{"kill", "-9", fmt.Sprint(pid)}})
+	}
+	timer := time.NewTimer(req.Timeout)
+	defer timer.Stop()
 	delay := 2 * time.Millisecond
 	for {
-		st, err := a.execStatus(pid)
+		st, err := a.execStatus(ctx, pid)
 		if err != nil {
+			if ctx.Err() != nil {
+				kill()
+			}
 			return ExecResult{}, err
 		}
 		if st.Exited {
@@ -141,15 +186,15 @@ func (a *agent) exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 			}
 			return res, nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			// The agent has no kill command: ask the guest's own kill.
-			_, _ = a.execStart(ExecRequest{Argv: []string{"kill", "-9", fmt.Sprint(pid)}})
-			if ctx.Err() != nil {
-				return ExecResult{}, fmt.Errorf("exec %q on vm %s: %w", req.Argv[0], a.vm, ctx.Err())
-			}
+		select {
+		case <-ctx.Done():
+			kill()
+			return ExecResult{}, fmt.Errorf("exec %q on vm %s: %w", req.Argv[0], a.vm, ctx.Err())
+		case <-timer.C:
+			kill()
 			return ExecResult{}, fmt.Errorf("exec %q on vm %s: %w after %s (process killed)", req.Argv[0], a.vm, ErrTimeout, req.Timeout)
+		case <-time.After(delay):
 		}
-		time.Sleep(delay)
 		if delay < 50*time.Millisecond {
 			delay *= 2
 		}
@@ -165,16 +210,23 @@ const agentReadChunk = 1 << 20
 // completed (libvirt then reports the agent busy); 64 KiB leaves a margin.
 const agentWriteChunk = 64 << 10
 
-func (a *agent) readFile(path string, limit int) ([]byte, error) {
+func (a *agent) readFile(ctx context.Context, path string, limit int) ([]byte, error) {
 	var h int
-	if err := a.run("guest-file-open", map[string]string{"path": path, "mode": "r"}, &h); err != nil {
+	if err := a.run(ctx, "guest-file-open", map[string]string{"path": path, "mode": "r"}, &h); err != nil {
 		return nil, fmt.Errorf("read file %s: %w", path, err)
 	}
-	defer a.run("guest-file-close", map[string]int{"handle": h}, nil)
+	defer a.closeFile(ctx, h)
 	var data []byte
-	for {
+	// A broken or hostile agent could answer with short reads forever;
+	// a real one fills each chunk until EOF, so twice the chunks the limit
+	// allows (plus slack for short reads of pipes) is plenty.
+	maxReads := 2*(limit/agentReadChunk) + 16
+	for i := 0; ; i++ {
+		if i == maxReads {
+			return nil, fmt.Errorf("read file %s on vm %s: %w: no end after %d reads (%d bytes)", path, a.vm, ErrAgent, i, len(data))
+		}
 		var r fileRead
-		if err := a.run("guest-file-read", map[string]int{"handle": h, "count": agentReadChunk}, &r); err != nil {
+		if err := a.run(ctx, "guest-file-read", map[string]int{"handle": h, "count": agentReadChunk}, &r); err != nil {
 			return nil, fmt.Errorf("read file %s: %w", path, err)
 		}
 		data = append(data, r.Data...)
@@ -187,9 +239,9 @@ func (a *agent) readFile(path string, limit int) ([]byte, error) {
 	}
 }
 
-func (a *agent) writeFile(path string, data []byte) error {
+func (a *agent) writeFile(ctx context.Context, path string, data []byte) error {
 	var h int
-	if err := a.run("guest-file-open", map[string]string{"path": path, "mode": "w"}, &h); err != nil {
+	if err := a.run(ctx, "guest-file-open", map[string]string{"path": path, "mode": "w"}, &h); err != nil {
 		return fmt.Errorf("write file %s: %w", path, err)
 	}
 	for off := 0; off < len(data); off += agentWriteChunk {
@@ -197,17 +249,32 @@ func (a *agent) writeFile(path string, data []byte) error {
 		var r struct {
 			Count int `json:"count"`
 		}
-		if err := a.run("guest-file-write", map[string]any{"handle": h, "buf-b64": data[off:end]}, &r); err != nil {
-			_ = a.run("guest-file-close", map[string]int{"handle": h}, nil)
+		if err := a.run(ctx, "guest-file-write", map[string]any{"handle": h, "buf-b64": data[off:end]}, &r); err != nil {
+			a.closeFile(ctx, h)
 			return fmt.Errorf("write file %s: %w", path, err)
 		}
 		if r.Count != end-off {
-			_ = a.run("guest-file-close", map[string]int{"handle": h}, nil)
+			a.closeFile(ctx, h)
 			return fmt.Errorf("write file %s on vm %s: %w: short write %d of %d", path, a.vm, ErrAgent, r.Count, end-off)
 		}
 	}
-	if err := a.run("guest-file-close", map[string]int{"handle": h}, nil); err != nil {
+	if err := a.run(ctx, "guest-file-close", map[string]int{"handle": h}, nil); err != nil {
 		return fmt.Errorf("write file %s: %w", path, err)
 	}
 	return nil
+}
+
+// closeFile closes a guest file handle, also after ctx ended: a handle left
+// open stays open in qemu-ga until the guest restarts.
+func (a *agent) closeFile(ctx context.Context, h int) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = a.run(cctx, "guest-file-close", map[string]int{"handle": h}, nil)
+}
+
+// removeFile deletes a guest file, best effort.
+func (a *agent) removeFile(ctx context.Context, path string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = a.execStart(rctx, ExecRequest{Argv: []string{"rm", "-f", path}})
 }

@@ -10,15 +10,11 @@ import (
 // after guest-exec of `sh -c 'echo hello; echo oops >&2; exit 3'`.
 const capturedExecStatus = `{"return":{"exitcode":3,"err-data":"b29wcwo=","out-data":"aGVsbG8K","err-truncated":false,"out-truncated":false,"exited":true}}`
 
-// Hand-made in qemu-ga's documented shapes (qga/qapi-schema.json). libvirt
-// turns an agent's error reply into its own error ("unable to execute QEMU
-// agent command 'guest-file-open': failed to open file ..."), so the error
-// form is only seen by callers that talk to the agent directly.
-const (
-	capturedRunning  = `{"return":{"exited":false}}`
-	capturedFileRead = `{"return":{"count":5,"buf-b64":"aGVsbG8=","eof":true}}`
-	capturedError    = `{"error":{"class":"GenericError","desc":"failed to open file '/nope': No such file or directory"}}`
-)
+// handMadeError is hand-made in qemu-ga's documented shape
+// (qga/qapi-schema.json), not captured: libvirt turns an agent's error reply
+// into its own error (see the "file-open-missing" capture in
+// testdata/captures.json), so deskfarm never sees this form through libvirt.
+const handMadeError = `{"error":{"class":"GenericError","desc":"failed to open file '/nope': No such file or directory"}}`
 
 func TestDecodeAgentReply(t *testing.T) {
 	var st execStatus
@@ -29,14 +25,21 @@ func TestDecodeAgentReply(t *testing.T) {
 		t.Fatalf("exec status: %+v", st)
 	}
 	st = execStatus{}
-	if err := decodeAgentReply(capturedRunning, &st); err != nil || st.Exited {
+	caps := agentCaptures(t)
+	if err := decodeAgentReply(caps["exec-status-running"].Output, &st); err != nil || st.Exited {
 		t.Fatalf("running: %+v %v", st, err)
 	}
 	var fr fileRead
-	if err := decodeAgentReply(capturedFileRead, &fr); err != nil || string(fr.Data) != "hello" || !fr.EOF {
+	if err := decodeAgentReply(caps["file-read"].Output, &fr); err != nil || string(fr.Data) != "tiny\n" || !fr.EOF || fr.Count != 5 {
 		t.Fatalf("file read: %+v %v", fr, err)
 	}
-	err := decodeAgentReply(capturedError, nil)
+	var pid struct {
+		PID int `json:"pid"`
+	}
+	if err := decodeAgentReply(caps["exec-start"].Output, &pid); err != nil || pid.PID == 0 {
+		t.Fatalf("exec start: %+v %v", pid, err)
+	}
+	err := decodeAgentReply(handMadeError, nil)
 	var ae *agentError
 	if !errors.As(err, &ae) || ae.Class != "GenericError" {
 		t.Fatalf("error reply: %v", err)

@@ -44,7 +44,31 @@ type CreateOptions struct {
 	// restart, e.g. the pool a VM belongs to. Keys and values are short
 	// printable strings (see ValidateLabels).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Network is NetworkNone (the default: the guest has no network
+	// interface at all) or NetworkUser (QEMU user-mode networking: the
+	// guest reaches out through the host's stack, nothing reaches in except
+	// Forwards).
+	Network string `json:"network,omitempty"`
+	// Forwards are host ports on 127.0.0.1 forwarded to guest TCP ports;
+	// only with NetworkUser, at most MaxForwards.
+	Forwards []Forward `json:"forwards,omitempty"`
 }
+
+// Network modes (CreateOptions.Network).
+const (
+	NetworkNone = "none"
+	NetworkUser = "user"
+)
+
+// Forward forwards a host TCP port, bound to 127.0.0.1 only, to a guest
+// TCP port (QEMU user-mode networking's hostfwd).
+type Forward struct {
+	GuestPort int `json:"guest_port" xml:"guest-port,attr"`
+	HostPort  int `json:"host_port" xml:"host-port,attr"`
+}
+
+// MaxForwards bounds CreateOptions.Forwards.
+const MaxForwards = 8
 
 // Defaults and limits for CreateOptions.
 const (
@@ -78,12 +102,17 @@ type VM struct {
 	Resets int `json:"resets"`
 	// Labels are the VM's labels (CreateOptions.Labels, SetLabel).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Network and Forwards are as created (CreateOptions).
+	Network  string    `json:"network"`
+	Forwards []Forward `json:"forwards,omitempty"`
 }
 
 // ExecRequest runs a program in the guest through the guest agent.
 type ExecRequest struct {
-	Argv    []string      // Argv[0] is the program, looked up in the guest's PATH
-	Stdin   []byte        // optional
+	Argv []string // Argv[0] is the program, looked up in the guest's PATH
+	// Stdin is optional, at most MaxExecStdin bytes. Up to 64 KiB travel in
+	// the exec command; more is staged in a guest file first.
+	Stdin   []byte
 	Env     []string      // optional, "K=V"
 	Timeout time.Duration // 0 means DefaultExecTimeout
 }
@@ -108,6 +137,9 @@ type ResetResult struct {
 
 // MaxFileSize bounds ReadFile and WriteFile.
 const MaxFileSize = 64 << 20
+
+// MaxExecStdin bounds ExecRequest.Stdin.
+const MaxExecStdin = MaxFileSize
 
 // Farm is what the API and CLI need from the VM layer. Implemented by *Manager.
 //

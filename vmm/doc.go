@@ -1,7 +1,40 @@
 // Package vmm owns deskfarm's virtual machines: qcow2 overlays on read-only
 // base images, libvirt domains, the QEMU guest agent, the session readiness
-// channel and the ready snapshot that resets return to.
+// channel, the ready snapshot that resets return to, guest memory admission,
+// and the lifecycle events (created, ready, reset, died, destroyed) every
+// other package learns of VM changes from.
 //
 // It talks to libvirtd through go-libvirt over the local unix socket; nothing
 // here shells out to virsh.
+//
+// Files, by concern:
+//   - api.go, events.go, bus.go, errors.go: the contract (Farm, VM, Event,
+//     sentinels).
+//   - manager.go: Manager, admission (Config.MemoryLimitMiB, Capacity),
+//     Destroy, Reset and the guest calls; create.go: Create as named steps
+//     (overlay, define, start, restore | wait-display + snapshot,
+//     wait-agent, mark-ready) run by steps.go's runSteps with reverse undo.
+//   - libvirt.go: the hypervisor interface and its go-libvirt
+//     implementation. Every call takes a context; one goroutine owns the
+//     connection and redials libvirtd with backoff, callers wait for it on
+//     their context; only idempotent calls are re-sent after a reconnect.
+//   - watch.go, pidwatch.go: deaths. libvirt's lifecycle events (and, as a
+//     fallback for speed, a pidfd on each QEMU) turn a crashed, killed,
+//     powered-off or outside-destroyed VM into StateBroken and EventDied
+//     at once; after a reconnect every VM's state is read again.
+//   - recover.go: a restarted deskfarm adopts its ready VMs (labels
+//     included) and removes half-made ones and orphan directories.
+//   - agent.go, agentproto.go: the guest agent; monitor.go: QEMU's human
+//     monitor (savevm/loadvm); session.go: deskfarm's own guest channel.
+//   - domainxml.go: the domain definition and deskfarm's metadata in it.
+//
+// Security: VM directories, overlays and saved ready states are readable by
+// the QEMU user (or root) alone; guests have no network unless created with
+// NetworkUser; where the host has AppArmor or SELinux each QEMU gets a
+// dynamic sVirt label (the log says which at start).
+//
+// Tests: unit tests run Manager on fakeHV (fakehv_test.go), the one fake
+// hypervisor; parsers are tested on real replies in testdata/captures.json
+// (provenance inside); tests named E2E need root, libvirtd and built images
+// (internal/testenv).
 package vmm

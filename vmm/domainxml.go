@@ -36,6 +36,8 @@ type metadata struct {
 	BootSeconds float64   `xml:"boot-seconds"`
 	Start       string    `xml:"start"`
 	Labels      []label   `xml:"label,omitempty"`
+	Network     string    `xml:"network,omitempty"`
+	Forwards    []Forward `xml:"forward,omitempty"`
 }
 
 // label is one VM label in the metadata: <label key="pool">desktop</label>.
@@ -108,9 +110,26 @@ type domainSpec struct {
 	SessionSock string
 	ConsoleLog  string
 	Emulator    string
+	// Security is the host's sVirt model ("apparmor" or "selinux"), or ""
+	// when the host has none.
+	Security string
+	// Network is NetworkNone or NetworkUser; Forwards go with the latter.
+	Network  string
+	Forwards []Forward
 }
 
-var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x": xmlEscape}).Parse(`<domain type='{{if eq .Accel "kvm"}}kvm{{else}}qemu{{end}}'>
+// netdevArg is the -netdev argument of a user-mode network: slirp, with each
+// forward bound to the host's loopback only.
+func (s domainSpec) netdevArg() string {
+	var b strings.Builder
+	b.WriteString("user,id=deskfarm-net0")
+	for _, f := range s.Forwards {
+		fmt.Fprintf(&b, ",hostfwd=tcp:127.0.0.1:%d-:%d", f.HostPort, f.GuestPort)
+	}
+	return b.String()
+}
+
+var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x": xmlEscape}).Parse(`<domain type='{{if eq .Accel "kvm"}}kvm{{else}}qemu{{end}}' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>{{x .Name}}</name>
   <title>deskfarm {{x .Meta.Image}} VM {{x .Meta.ID}}</title>
   <metadata>{{.MetaXML}}</metadata>
@@ -155,14 +174,42 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
     </serial>
     <memballoon model='none'/>
   </devices>
+  {{- if .Security}}
+  <seclabel type='dynamic' model='{{x .Security}}' relabel='yes'/>
+  <seclabel type='none' model='dac'/>
+  {{- else}}
   <seclabel type='none'/>
+  {{- end}}
+  {{- if eq .Network "user"}}
+  <qemu:commandline>
+    <qemu:arg value='-netdev'/>
+    <qemu:arg value='{{x .NetdevArg}}'/>
+    <qemu:arg value='-device'/>
+    <qemu:arg value='virtio-net-pci,netdev=deskfarm-net0,bus=pci.0,addr=0x1f'/>
+  </qemu:commandline>
+  {{- end}}
 </domain>
 `))
 
-// domainXML renders the libvirt definition. Security labels are off because
-// deskfarm itself gives the VM directory to libvirt-qemu and keeps the shared
-// base read-only: libvirt's relabelling of a backing file used by many VMs at
-// once only adds work and races.
+// domainXML renders the libvirt definition.
+//
+// Security: where the host has AppArmor or SELinux, libvirt's sVirt gives
+// each QEMU its own dynamic label (a profile or MCS category), so one
+// escaped QEMU cannot touch another VM's files. libvirt's DAC relabelling
+// stays off in every case: deskfarm gives the VM directory to libvirt-qemu
+// itself and keeps the shared base read-only, and chown-ing a backing file
+// used by many VMs at once (and back on each VM's exit) only races. On a
+// host without either, seclabel is none and QEMU is confined by its user
+// and the file modes alone.
+//
+// Network: none by default, the guest sees no NIC. User mode is QEMU's
+// slirp passed as extra arguments: libvirt 9.0's own <interface
+// type='user'> cannot forward ports without passt, which Debian 12 lacks.
+// The NIC gets the last PCI slot of the pc machine's bus, 0x1f: libvirt
+// gives its own devices slots from 0x2 up, and QEMU would otherwise put
+// the NIC on the first free slot before libvirt's VGA claims slot 2 (seen
+// with QEMU 7.2: "PCI: slot 2 function 0 not available for VGA"). libvirt
+// marks the domain "tainted: custom-argv" in its log.
 func domainXML(s domainSpec) (string, error) {
 	meta, err := s.Meta.marshal()
 	if err != nil {
@@ -171,8 +218,9 @@ func domainXML(s domainSpec) (string, error) {
 	var b bytes.Buffer
 	err = domainTmpl.Execute(&b, struct {
 		domainSpec
-		MetaXML string
-	}{s, meta})
+		MetaXML   string
+		NetdevArg string
+	}{s, meta, s.netdevArg()})
 	if err != nil {
 		return "", fmt.Errorf("render domain xml for %s: %w", s.Name, err)
 	}

@@ -60,7 +60,85 @@ func TestDomainXMLIsWellFormed(t *testing.T) {
 	}
 	spec.Accel = "kvm"
 	s, _ = domainXML(spec)
-	if !strings.Contains(s, "<domain type='kvm'>") || !strings.Contains(s, "host-passthrough") {
+	if !strings.Contains(s, "<domain type='kvm' ") || !strings.Contains(s, "host-passthrough") {
 		t.Fatalf("kvm domain: %s", s)
+	}
+}
+
+type domainView struct {
+	Interfaces []struct{} `xml:"devices>interface"`
+	SecLabels  []struct {
+		Type  string `xml:"type,attr"`
+		Model string `xml:"model,attr"`
+	} `xml:"seclabel"`
+	Args []struct {
+		Value string `xml:"value,attr"`
+	} `xml:"commandline>arg"`
+}
+
+func renderView(t *testing.T, spec domainSpec) domainView {
+	t.Helper()
+	s, err := domainXML(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v domainView
+	if err := xml.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("domain xml does not parse: %v\n%s", err, s)
+	}
+	return v
+}
+
+// By default a guest has no network device of any kind; user mode adds one
+// NIC whose forwards listen on the host's loopback only.
+func TestDomainXMLNetwork(t *testing.T) {
+	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{ID: "x"}, Accel: "tcg", Network: NetworkNone}
+	if v := renderView(t, spec); len(v.Interfaces) != 0 || len(v.Args) != 0 {
+		t.Fatalf("network none: %+v", v)
+	}
+	spec.Network = NetworkUser
+	spec.Forwards = []Forward{{GuestPort: 9222, HostPort: 19222}, {GuestPort: 8080, HostPort: 18080}}
+	v := renderView(t, spec)
+	var args []string
+	for _, a := range v.Args {
+		args = append(args, a.Value)
+	}
+	want := []string{"-netdev", "user,id=deskfarm-net0,hostfwd=tcp:127.0.0.1:19222-:9222,hostfwd=tcp:127.0.0.1:18080-:8080",
+		"-device", "virtio-net-pci,netdev=deskfarm-net0,bus=pci.0,addr=0x1f"}
+	if !reflect.DeepEqual(args, want) {
+		t.Fatalf("qemu args %q, want %q", args, want)
+	}
+}
+
+// On a host with AppArmor or SELinux each QEMU gets a dynamic sVirt label;
+// without, labelling is off. DAC relabelling is off either way.
+func TestDomainXMLSecurity(t *testing.T) {
+	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{ID: "x"}, Accel: "tcg"}
+	v := renderView(t, spec)
+	if len(v.SecLabels) != 1 || v.SecLabels[0].Type != "none" || v.SecLabels[0].Model != "" {
+		t.Fatalf("no MAC: %+v", v.SecLabels)
+	}
+	spec.Security = "apparmor"
+	v = renderView(t, spec)
+	if len(v.SecLabels) != 2 || v.SecLabels[0] != (struct {
+		Type  string `xml:"type,attr"`
+		Model string `xml:"model,attr"`
+	}{"dynamic", "apparmor"}) || v.SecLabels[1].Type != "none" || v.SecLabels[1].Model != "dac" {
+		t.Fatalf("apparmor: %+v", v.SecLabels)
+	}
+}
+
+func TestMACModel(t *testing.T) {
+	for caps, want := range map[string]string{
+		// virsh capabilities on this host (libvirt 9.0, Debian 12), secmodel part.
+		"<capabilities><host><secmodel><model>none</model><doi>0</doi></secmodel><secmodel><model>dac</model><doi>0</doi><baselabel type='kvm'>+64055:+64055</baselabel></secmodel></host></capabilities>": "",
+		// Hand-made in the same shape for hosts with a MAC model.
+		"<capabilities><host><secmodel><model>apparmor</model><doi>0</doi></secmodel><secmodel><model>dac</model></secmodel></host></capabilities>": "apparmor",
+		"<capabilities><host><secmodel><model>selinux</model><doi>0</doi></secmodel></host></capabilities>":                                         "selinux",
+		"not xml": "",
+	} {
+		if got := macModel(caps); got != want {
+			t.Errorf("macModel(%.60q) = %q, want %q", caps, got, want)
+		}
 	}
 }

@@ -91,6 +91,21 @@ func TestE2ETinyLifecycle(t *testing.T) {
 	if strings.Contains(xml, "port=") && strings.Contains(xml, "<graphics type='vnc' port") {
 		t.Error("vnc listens on a tcp port")
 	}
+	// No network unless asked for.
+	if strings.Contains(xml, "<interface") || strings.Contains(xml, "-netdev") {
+		t.Error("a vm created without a network has a network device")
+	}
+	// Nothing of the VM is readable by other users: QEMU's user owns its
+	// directory alone, and the disk is private.
+	for path, want := range map[string]os.FileMode{filepath.Dir(vm.VNCSocket): 0o700, filepath.Join(filepath.Dir(vm.VNCSocket), "disk.qcow2"): 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %o, want %o", path, fi.Mode().Perm(), want)
+		}
+	}
 
 	// Guest agent: argv, stdin, exit code, stderr, timeout.
 	if res := mustExec(t, m, vm.ID, "echo", "hello world"); string(res.Stdout) != "hello world\n" || res.ExitCode != 0 {
@@ -99,6 +114,15 @@ func TestE2ETinyLifecycle(t *testing.T) {
 	res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"cat"}, Stdin: []byte("from stdin\x00\xff"), Timeout: 10 * time.Second})
 	if err != nil || string(res.Stdout) != "from stdin\x00\xff" {
 		t.Fatalf("cat stdin: %+v %v", res, err)
+	}
+	// Stdin bigger than one agent message goes through a guest file.
+	bigIn := bytes.Repeat([]byte("deskfarm\x00\xff"), 30000) // 300 kB
+	res, err = m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"cat"}, Stdin: bigIn, Timeout: 30 * time.Second})
+	if err != nil || !bytes.Equal(res.Stdout, bigIn) {
+		t.Fatalf("cat of %d bytes of stdin: got %d bytes, %v", len(bigIn), len(res.Stdout), err)
+	}
+	if res := mustExec(t, m, vm.ID, "sh", "-c", "ls -a /tmp | grep -c deskfarm-stdin || true"); strings.TrimSpace(string(res.Stdout)) != "0" {
+		t.Fatalf("staged stdin left in the guest: %q", res.Stdout)
 	}
 	if res := mustExec(t, m, vm.ID, "sh", "-c", "echo oops >&2; exit 3"); res.ExitCode != 3 || string(res.Stderr) != "oops\n" {
 		t.Fatalf("exit code: %+v", res)
@@ -242,11 +266,14 @@ func TestE2ECreateFailureLeavesNothing(t *testing.T) {
 	}
 	// Boot: a saved ready state from an earlier test would skip the boot.
 	_, err = m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Boot: true})
-	testenv.Cleanup(t, m) // also releases the state dir for the next farm
 	if !errors.Is(err, vmm.ErrTimeout) || !strings.Contains(err.Error(), "wait-display") {
+		testenv.Cleanup(t, m)
 		t.Fatalf("create with a 300ms boot budget: %v", err)
 	}
+	// Checked while this farm holds the state dir: once it lets go, another
+	// test process may start VMs there.
 	assertNoLeftovers(t)
+	testenv.Cleanup(t, m) // releases the state dir for the next farm
 
 	// A broken base image is named as such, and leaves nothing either.
 	bad := filepath.Join(t.TempDir(), "broken.qcow2")

@@ -18,7 +18,7 @@ var ErrStateDirBusy = errors.New("state dir in use by another deskfarm")
 // starting farm removes VM directories that have no domain yet).
 func lockStateDir(dir string, wait time.Duration) (*os.File, error) {
 	path := filepath.Join(dir, ".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock state dir: %w", err)
 	}

@@ -4,19 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"image"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -64,7 +66,23 @@ type Config struct {
 	// LockWait is how long New waits for another deskfarm to release the
 	// state dir. Default 0: fail at once with ErrStateDirBusy.
 	LockWait time.Duration
+	// MemoryLimitMiB is how much guest RAM all VMs together may have: a
+	// create that would take the guest memory of the VMs alive (creating,
+	// ready, or broken with QEMU still running) over it is refused with
+	// ErrInsufficientResources. Default: the host's memory as libvirt
+	// reports it less MemoryReserveMiB.
+	MemoryLimitMiB int
+	// QEMUPidDir holds libvirt's <domain>.pid files, for watching QEMU
+	// processes directly. Default DefaultQEMUPidDir.
+	QEMUPidDir string
+	// MemoryReserveMiB is kept for the host (deskfarm, libvirtd, QEMU's own
+	// overhead, page cache) when MemoryLimitMiB is 0. Default
+	// DefaultMemoryReserveMiB.
+	MemoryReserveMiB int
 }
+
+// DefaultMemoryReserveMiB is the host memory not given to guests by default.
+const DefaultMemoryReserveMiB = 2048
 
 func (c *Config) setDefaults() {
 	if c.StateDir == "" {
@@ -92,17 +110,25 @@ func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if c.QEMUPidDir == "" {
+		c.QEMUPidDir = DefaultQEMUPidDir
+	}
+	if c.MemoryReserveMiB == 0 {
+		c.MemoryReserveMiB = DefaultMemoryReserveMiB
+	}
 }
 
 // Manager runs deskfarm's VMs on one host. It implements Farm.
 type Manager struct {
 	cfg        Config
 	hv         hypervisor
-	conn       *libvirtConn
+	watchDone  chan struct{} // closed when watch returns
 	accel      string
 	uid, gid   int
 	hostMemMiB int
 	hostCPUs   int
+	memLimit   int    // MiB of guest RAM all VMs may have (Config.MemoryLimitMiB)
+	security   string // sVirt model new domains use, "" for none (domainSpec.Security)
 	log        *slog.Logger
 	mu         sync.Mutex
 	vms        map[string]*machine
@@ -116,6 +142,22 @@ var _ Farm = (*Manager)(nil)
 // machine is one VM's live record. mu is held exclusively by lifecycle
 // changes (reset, destroy) and shared by calls into the guest.
 type machine struct {
+	// mem is the guest RAM in MiB, fixed at create; admission counts it
+	// until the VM is destroyed or its QEMU is seen dead.
+	mem int
+	// dead is set when libvirt reported the domain stopped or undefined:
+	// its memory is free again. Read under Manager.mu for admission.
+	dead atomic.Bool
+	// deathReason says why, once dead (under mu).
+	deathReason string
+	// exitReason is why QEMU is about to exit, when libvirt said so ahead
+	// of the exit (a guest shutdown): a string, or nil.
+	exitReason atomic.Value
+	// stopWatch ends the QEMU process watch (watchProcess); closed once
+	// the VM is gone or the Manager closes.
+	stopWatch chan struct{}
+	stopOnce  sync.Once
+
 	mu      sync.RWMutex
 	meta    metadata
 	dom     libvirt.Domain
@@ -146,8 +188,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "vms"), 0o755); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
+	if err := prepareStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	lock, err := lockStateDir(cfg.StateDir, cfg.LockWait)
 	if err != nil {
@@ -159,39 +201,74 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		lock.Close()
 		return nil, err
 	}
-	memKiB, cpus, err := conn.hostInfo()
+	m, err := newManager(ctx, cfg, conn, accel, uid, gid)
 	if err != nil {
-		conn.close()
-		lock.Close()
-		return nil, fmt.Errorf("read host info from libvirt: %w", err)
-	}
-	m := &Manager{cfg: cfg, hv: conn, conn: conn, accel: accel, uid: uid, gid: gid,
-		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{}, lock: lock}
-	if err := m.recover(ctx); err != nil {
 		conn.close()
 		lock.Close()
 		return nil, err
 	}
+	m.lock = lock
+	return m, nil
+}
+
+// newManager builds a Manager on hv (libvirt, or a fake in unit tests),
+// adopts what a previous deskfarm left and starts watching lifecycle events.
+func newManager(ctx context.Context, cfg Config, hv hypervisor, accel string, uid, gid int) (*Manager, error) {
+	memKiB, cpus, err := hv.hostInfo(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read host info from libvirt: %w", err)
+	}
+	m := &Manager{cfg: cfg, hv: hv, accel: accel, uid: uid, gid: gid,
+		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{},
+		watchDone: make(chan struct{})}
+	m.memLimit = cfg.MemoryLimitMiB
+	if m.memLimit == 0 {
+		m.memLimit = max(0, m.hostMemMiB-cfg.MemoryReserveMiB)
+	}
+	m.log.Info("guest memory limit", "op", "admission", "limit_mib", m.memLimit, "host_mib", m.hostMemMiB)
+	caps, err := hv.capabilities(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read libvirt capabilities: %w", err)
+	}
+	m.security = macModel(caps)
+	if m.security != "" {
+		m.log.Info("VMs confined by sVirt", "op", "security", "model", m.security,
+			"detail", "each QEMU gets its own dynamic label; DAC relabelling off (deskfarm sets file owners)")
+	} else {
+		m.log.Warn("no AppArmor or SELinux on this host: VMs are confined only by the QEMU user and file modes", "op", "security",
+			"qemu_user", cfg.QEMUUser)
+	}
+	if err := m.recover(ctx); err != nil {
+		return nil, err
+	}
+	go m.watch()
 	return m, nil
 }
 
 // Accel is the accelerator new VMs use ("kvm" or "tcg").
 func (m *Manager) Accel() string { return m.accel }
 
-// Close disconnects from libvirtd. VMs keep running; a new Manager adopts them.
+// Close disconnects from libvirtd. VMs keep running; a new Manager adopts
+// them. The closed Manager knows no VMs any more: List is empty and every
+// id is ErrNotFound, so nothing acts on a VM another Manager may own.
 func (m *Manager) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		for _, mc := range m.vms {
+			mc.stop()
 			if mc.session != nil {
 				mc.session.close()
 			}
 		}
+		m.vms = map[string]*machine{}
 		m.mu.Unlock()
-		err = m.conn.close()
+		err = m.hv.close() // ends the event stream, and with it watch
+		<-m.watchDone
 		m.events.Close()
-		m.lock.Close() // releases the flock
+		if m.lock != nil {
+			m.lock.Close() // releases the flock
+		}
 	})
 	return err
 }
@@ -221,8 +298,8 @@ func (m *Manager) validate(opts *CreateOptions) error {
 	switch {
 	case opts.MemoryMiB < MinMemoryMiB:
 		return fielderr.Newf("memory_mib", ErrInvalid, "%d is below the minimum of %d MiB", opts.MemoryMiB, MinMemoryMiB)
-	case opts.MemoryMiB > m.hostMemMiB:
-		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB is more than the host has (%d MiB)", opts.MemoryMiB, m.hostMemMiB)
+	case opts.MemoryMiB > m.memLimit:
+		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB is more than all VMs together may have (%d MiB of the host's %d)", opts.MemoryMiB, m.memLimit, m.hostMemMiB)
 	case opts.VCPUs < 1 || opts.VCPUs > m.hostCPUs:
 		return fielderr.Newf("vcpus", ErrInvalid, "%d is outside 1..%d (the host's CPUs)", opts.VCPUs, m.hostCPUs)
 	case opts.Width < 640 || opts.Width > 3840 || opts.Height < 480 || opts.Height > 2160:
@@ -231,204 +308,103 @@ func (m *Manager) validate(opts *CreateOptions) error {
 		// bochs-drm shows widths that are not a multiple of 8 skewed.
 		return fielderr.Newf("width", ErrInvalid, "%d is not a multiple of 8 (e.g. 1368 rather than 1366)", opts.Width)
 	}
-	if avail := availableMemMiB(); avail > 0 && opts.MemoryMiB > avail {
-		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB requested but only %d MiB available on the host", opts.MemoryMiB, avail)
+	if err := validateNetwork(opts); err != nil {
+		return err
 	}
 	return nil
 }
 
-// availableMemMiB reads MemAvailable; 0 when unknown.
-func availableMemMiB() int {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
+// validateNetwork fills in the default network and checks the forwards.
+func validateNetwork(opts *CreateOptions) error {
+	if opts.Network == "" {
+		opts.Network = NetworkNone
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb / 1024
+	switch opts.Network {
+	case NetworkNone:
+		if len(opts.Forwards) > 0 {
+			return fielderr.Newf("forwards", ErrInvalid, "port forwards need network %q", NetworkUser)
 		}
+		return nil
+	case NetworkUser:
+	default:
+		return fielderr.Newf("network", ErrInvalid, "%q: want %q (default) or %q", opts.Network, NetworkNone, NetworkUser)
 	}
-	return 0
+	if len(opts.Forwards) > MaxForwards {
+		return fielderr.Newf("forwards", ErrInvalid, "%d forwards; at most %d", len(opts.Forwards), MaxForwards)
+	}
+	seen := map[int]bool{}
+	for i, f := range opts.Forwards {
+		field := fmt.Sprintf("forwards[%d]", i)
+		if f.GuestPort < 1 || f.GuestPort > 65535 {
+			return fielderr.Newf(field+".guest_port", ErrInvalid, "%d is outside 1..65535", f.GuestPort)
+		}
+		// Ports below 1024 would need deskfarm's privileges to stay bound by QEMU.
+		if f.HostPort < 1024 || f.HostPort > 65535 {
+			return fielderr.Newf(field+".host_port", ErrInvalid, "%d is outside 1024..65535", f.HostPort)
+		}
+		if seen[f.HostPort] {
+			return fielderr.Newf(field+".host_port", ErrInvalid, "%d is forwarded twice", f.HostPort)
+		}
+		seen[f.HostPort] = true
+	}
+	return nil
 }
 
-// Create makes a VM and returns once it is ready. Steps: overlay, define,
-// start, wait for the session's ready signal, wait for the guest agent, take
-// the ready snapshot. A failure undoes the finished steps in reverse.
-func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
-	if err := m.validate(&opts); err != nil {
-		return VM{}, err
-	}
-	if err := ValidateLabels(opts.Labels); err != nil {
-		return VM{}, err
-	}
-	img, err := m.cfg.Images.Resolve(opts.Image)
-	if err != nil {
-		return VM{}, &fielderr.Error{Field: "image", Msg: err.Error(), Errs: []error{err}}
-	}
-	id := newID()
-	dir := m.vmDir(id)
-	mc := &machine{meta: metadata{ID: id, Image: img.Name, ImageHash: img.Hash, State: StateCreating, Dir: dir,
-		Accel: m.accel, Width: opts.Width, Height: opts.Height, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
-		Created: time.Now().UTC().Truncate(time.Second)}}
-	for k, v := range opts.Labels {
-		mc.meta.setLabel(k, v)
-	}
-	name := DomainPrefix + id
-	log := m.log.With("vm", id)
-	overlay := filepath.Join(dir, "disk.qcow2")
-	spec := domainSpec{Name: name, Meta: mc.meta, Accel: m.accel, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
-		Kernel: img.Kernel, Initrd: img.Initrd,
-		// init_on_free zeroes freed guest pages, which QEMU's savevm stores
-		// as one flag each: the ready snapshot shrinks (desktop: 244 to
-		// 167 MiB measured) and resets load less.
-		Cmdline: fmt.Sprintf("%s video=%dx%d deskfarm.screen=%dx%d init_on_free=1",
-			img.Cmdline, opts.Width, opts.Height, opts.Width, opts.Height),
-		Overlay:     overlay,
-		VNCSocket:   filepath.Join(dir, "vnc.sock"),
-		SessionSock: filepath.Join(dir, "session.sock"),
-		ConsoleLog:  filepath.Join(dir, "console.log"),
-		Emulator:    m.cfg.Emulator,
-	}
-
+// admit registers mc if its memory fits beside the VMs alive and its host
+// ports are free of other VMs' forwards; checking and registering under one
+// lock keeps concurrent creates from overcommitting.
+func (m *Manager) admit(mc *machine) error {
 	m.mu.Lock()
-	m.vms[id] = mc
-	m.mu.Unlock()
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-
-	// A VM of the same image and size made before left its ready state (RAM,
-	// devices and disk, as an internal snapshot in a copy of its overlay):
-	// start from a copy of that instead of booting.
-	tmpl := m.templatePath(img, opts)
-	fromSaved := !opts.Boot && fileExists(tmpl)
-	mc.meta.Start = StartBoot
-	if fromSaved {
-		mc.meta.Start = StartSavedState
-	}
-	alive := func() error { return m.checkAlive(mc, spec.ConsoleLog) }
-	start := time.Now()
-	steps := []step{
-		{name: "overlay",
-			do: func(context.Context) error {
-				var err error
-				if fromSaved {
-					err = m.copyOverlay(dir, tmpl, overlay)
-				} else {
-					err = m.makeOverlay(dir, img.Disk, overlay)
+	defer m.mu.Unlock()
+	for i, f := range mc.meta.Forwards {
+		for _, o := range m.vms {
+			if o.dead.Load() {
+				continue
+			}
+			for _, of := range o.meta.Forwards {
+				if of.HostPort == f.HostPort {
+					return fielderr.Newf(fmt.Sprintf("forwards[%d].host_port", i), ErrInvalid, "host port %d is forwarded to vm %s", f.HostPort, o.meta.ID)
 				}
-				if err != nil && !errors.Is(err, fs.ErrExist) {
-					// A step cleans up its own partial work; undo is only
-					// for steps that finished.
-					os.RemoveAll(dir)
-				}
-				return err
-			},
-			undo: func() error { return os.RemoveAll(dir) }},
-		{name: "define",
-			do: func(context.Context) error {
-				xml, err := domainXML(spec)
-				if err != nil {
-					return err
-				}
-				mc.dom, err = m.hv.defineDomain(xml)
-				if err == nil {
-					m.publish(EventCreated, mc, "")
-				}
-				return err
-			},
-			undo: func() error { return m.hv.undefineDomain(mc.dom) }},
-		{name: "start",
-			do: func(ctx context.Context) error {
-				// From saved state QEMU starts paused: no guest code runs
-				// before loadvm replaces RAM.
-				if err := m.hv.startDomain(mc.dom, fromSaved); err != nil {
-					return err
-				}
-				mc.agent = &agent{hv: m.hv, dom: mc.dom, vm: id}
-				mc.mon = &monitor{hv: m.hv, dom: mc.dom, vm: id}
-				// Connect at once: QEMU drops what the guest writes to the
-				// session port while no one is connected on the host side.
-				sess, err := dialSession(ctx, id, spec.SessionSock, alive)
-				mc.session = sess
-				return err
-			},
-			undo: func() error {
-				if mc.session != nil {
-					mc.session.close()
-				}
-				return ignoreNotRunning(m.hv.destroyDomain(mc.dom))
-			}},
-	}
-	if fromSaved {
-		steps = append(steps,
-			step{name: "restore", do: func(context.Context) error {
-				t := time.Now()
-				if err := mc.mon.loadVM(readySnapshot); err != nil {
-					return err
-				}
-				log.Debug("loadvm done", "op", "restore", "duration", time.Since(t).Round(time.Millisecond))
-				return mc.mon.cont()
-			}},
-			step{name: "wait-agent", do: func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
-				defer cancel()
-				return mc.agent.waitReady(ctx, alive)
-			}},
-			step{name: "clock", do: func(ctx context.Context) error { return m.setClock(ctx, mc) }},
-		)
-	} else {
-		steps = append(steps,
-			step{name: "wait-display", do: func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout)
-				defer cancel()
-				return mc.session.waitReady(ctx, alive)
-			}},
-			step{name: "wait-agent", do: func(ctx context.Context) error {
-				ctx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
-				defer cancel()
-				return mc.agent.waitReady(ctx, alive)
-			}},
-			step{name: "snapshot", do: func(ctx context.Context) error {
-				m.shrinkRAM(ctx, mc)
-				if err := m.snapshotReady(mc, tmpl); err != nil {
-					return err
-				}
-				// The guest clock stood still while the guest was paused.
-				return m.setClock(ctx, mc)
-			}},
-		)
-	}
-	steps = append(steps, step{name: "mark-ready", do: func(context.Context) error {
-		mc.meta.State = StateReady
-		mc.meta.BootSeconds = time.Since(start).Seconds()
-		return m.saveMeta(mc)
-	}})
-	log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs, "accel", m.accel)
-	if err := runSteps(ctx, log, steps); err != nil {
-		m.mu.Lock()
-		delete(m.vms, id)
-		m.mu.Unlock()
-		mc.gone = true
-		if mc.dom.Name != "" {
-			m.publish(EventDestroyed, mc, "create failed")
+			}
 		}
-		return VM{}, fmt.Errorf("create vm %s (image %s): %w", id, img.Name, err)
 	}
-	log.Info("vm ready", "op", "create", "duration", time.Since(start).Round(time.Millisecond))
-	m.publish(EventReady, mc, "")
-	return m.describe(mc), nil
+	used := m.usedLocked()
+	if used+mc.mem > m.memLimit {
+		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB requested but %d of the %d MiB for guests are taken by other VMs",
+			mc.mem, used, m.memLimit)
+	}
+	m.vms[mc.meta.ID] = mc
+	return nil
+}
+
+func (m *Manager) usedLocked() int {
+	used := 0
+	for _, o := range m.vms {
+		if !o.dead.Load() {
+			used += o.mem
+		}
+	}
+	return used
+}
+
+// Capacity returns the guest memory (MiB) committed to VMs alive and the
+// limit all VMs together may have (Config.MemoryLimitMiB); a create of n MiB
+// succeeds only if used+n <= limit.
+func (m *Manager) Capacity() (usedMiB, limitMiB int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.usedLocked(), m.memLimit
 }
 
 // snapshotReady takes the ready snapshot and, if this image and size has no
 // saved ready state yet, keeps a copy of the overlay holding it for later
 // VMs to start from. The guest is paused meanwhile so the copy is
 // consistent; a failed copy costs later VMs a boot, not this one its create.
-func (m *Manager) snapshotReady(mc *machine, tmpl string) error {
-	if err := mc.mon.stop(); err != nil {
+func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) error {
+	if err := mc.mon.stop(ctx); err != nil {
 		return err
 	}
-	err := mc.mon.saveVM(readySnapshot)
+	err := mc.mon.saveVM(ctx, readySnapshot)
 	if err == nil && !fileExists(tmpl) {
 		if terr := copyFile(filepath.Join(mc.meta.Dir, "disk.qcow2"), tmpl); terr != nil {
 			m.log.Warn("could not save ready state for later VMs", "vm", mc.meta.ID, "op", "snapshot", "err", terr)
@@ -436,7 +412,7 @@ func (m *Manager) snapshotReady(mc *machine, tmpl string) error {
 			m.log.Info("saved ready state for later VMs", "vm", mc.meta.ID, "op", "snapshot", "path", tmpl)
 		}
 	}
-	if cerr := mc.mon.cont(); err == nil {
+	if cerr := mc.mon.cont(ctx); err == nil {
 		err = cerr
 	}
 	return err
@@ -450,8 +426,63 @@ func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	if len(hash) > 16 {
 		hash = hash[:16]
 	}
-	name := fmt.Sprintf("%s-%s-%dm-%dc-%dx%d-%s.qcow2", img.Name, hash, opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel)
+	// A saved state holds the guest's devices: a VM with a NIC cannot load
+	// one without, and the other way round. Forwards are host-side only.
+	net := ""
+	if opts.Network == NetworkUser {
+		net = "-net"
+	}
+	name := fmt.Sprintf("%s-%s-%dm-%dc-%dx%d-%s%s.qcow2", img.Name, hash, opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel, net)
 	return filepath.Join(m.cfg.StateDir, "saved", name)
+}
+
+// File modes. The guest is hostile and other host users are not trusted
+// with it: a VM's directory (overlay with the guest's disk, its sockets,
+// console log) belongs to the QEMU user alone, 0700 (deskfarm is root);
+// saved ready states (guest RAM) are root's, 0600 in a 0700 directory. The
+// state dir and vms/ are 0711: QEMU must pass through them to its own
+// directory, but nobody can list them.
+const (
+	stateDirMode = 0o711
+	vmDirMode    = 0o700
+	privateMode  = 0o600
+)
+
+// prepareStateDir creates the state dir layout and tightens the modes of
+// one made by an older deskfarm.
+func prepareStateDir(dir string) error {
+	for _, d := range []string{dir, filepath.Join(dir, "vms")} {
+		if err := os.MkdirAll(d, stateDirMode); err != nil {
+			return fmt.Errorf("create state dir: %w", err)
+		}
+		if err := os.Chmod(d, stateDirMode); err != nil {
+			return fmt.Errorf("state dir %s: %w", d, err)
+		}
+	}
+	saved := filepath.Join(dir, "saved")
+	if err := os.MkdirAll(saved, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	return os.Chmod(saved, 0o700)
+}
+
+// makeVMDir creates a VM's directory for the QEMU user alone.
+func makeVMDir(dir string, uid, gid int) error {
+	if err := os.Mkdir(dir, vmDirMode); err != nil {
+		return fmt.Errorf("create vm dir: %w", err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return fmt.Errorf("chown vm dir %s: %w", dir, err)
+	}
+	return os.Chmod(dir, vmDirMode) // whatever the umask
+}
+
+// chownPrivate gives a file to the QEMU user, readable by it alone.
+func chownPrivate(path string, uid, gid int) error {
+	if err := os.Chown(path, uid, gid); err != nil {
+		return err
+	}
+	return os.Chmod(path, privateMode)
 }
 
 func fileExists(p string) bool {
@@ -461,7 +492,7 @@ func fileExists(p string) bool {
 
 // copyFile copies src to dst atomically (a temp file renamed into place).
 func copyFile(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
 	tmp := dst + ".tmp"
@@ -469,6 +500,10 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("copy %s to %s: %w: %s", src, tmp, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		os.Remove(tmp)
@@ -479,17 +514,14 @@ func copyFile(src, dst string) error {
 
 // copyOverlay makes a VM's overlay from a saved ready state.
 func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
-	if err := os.Mkdir(dir, 0o750); err != nil {
-		return fmt.Errorf("create vm dir: %w", err)
-	}
-	if err := os.Chown(dir, m.uid, m.gid); err != nil {
-		return fmt.Errorf("chown vm dir %s: %w", dir, err)
+	if err := makeVMDir(dir, m.uid, m.gid); err != nil {
+		return err
 	}
 	if err := copyFile(tmpl, overlay); err != nil {
 		return err
 	}
-	if err := os.Chown(overlay, m.uid, m.gid); err != nil {
-		return fmt.Errorf("chown overlay %s: %w", overlay, err)
+	if err := chownPrivate(overlay, m.uid, m.gid); err != nil {
+		return fmt.Errorf("overlay %s: %w", overlay, err)
 	}
 	return nil
 }
@@ -498,11 +530,8 @@ func (m *Manager) makeOverlay(dir, base, overlay string) error {
 	if _, err := os.Stat(base); err != nil {
 		return fmt.Errorf("base image %s: %w: %w", base, ErrBrokenImage, err)
 	}
-	if err := os.Mkdir(dir, 0o750); err != nil {
-		return fmt.Errorf("create vm dir: %w", err)
-	}
-	if err := os.Chown(dir, m.uid, m.gid); err != nil {
-		return fmt.Errorf("chown vm dir %s: %w", dir, err)
+	if err := makeVMDir(dir, m.uid, m.gid); err != nil {
+		return err
 	}
 	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, overlay).CombinedOutput()
 	if err != nil {
@@ -510,8 +539,8 @@ func (m *Manager) makeOverlay(dir, base, overlay string) error {
 		// is almost always a damaged base image.
 		return fmt.Errorf("qemu-img create overlay %s on %s: %w: %w: %s", overlay, base, ErrBrokenImage, err, strings.TrimSpace(string(out)))
 	}
-	if err := os.Chown(overlay, m.uid, m.gid); err != nil {
-		return fmt.Errorf("chown overlay %s: %w", overlay, err)
+	if err := chownPrivate(overlay, m.uid, m.gid); err != nil {
+		return fmt.Errorf("overlay %s: %w", overlay, err)
 	}
 	return nil
 }
@@ -524,8 +553,8 @@ func ignoreNotRunning(err error) error {
 }
 
 // checkAlive returns ErrDead (with the console's last lines) if QEMU is gone.
-func (m *Manager) checkAlive(mc *machine, consoleLog string) error {
-	st, err := m.hv.domainState(mc.dom)
+func (m *Manager) checkAlive(ctx context.Context, mc *machine, consoleLog string) error {
+	st, err := m.hv.domainState(ctx, mc.dom)
 	if err != nil {
 		return fmt.Errorf("domain state of vm %s: %w", mc.meta.ID, err)
 	}
@@ -547,12 +576,12 @@ func tail(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-func (m *Manager) saveMeta(mc *machine) error {
+func (m *Manager) saveMeta(ctx context.Context, mc *machine) error {
 	s, err := mc.meta.marshal()
 	if err != nil {
 		return err
 	}
-	if err := m.hv.setDomainMetadata(mc.dom, metadataKey, metadataNS, s); err != nil {
+	if err := m.hv.setDomainMetadata(ctx, mc.dom, metadataKey, metadataNS, s); err != nil {
 		return fmt.Errorf("save metadata of vm %s: %w", mc.meta.ID, err)
 	}
 	return nil
@@ -563,7 +592,7 @@ func (m *Manager) describe(mc *machine) VM {
 	return VM{ID: md.ID, Domain: DomainPrefix + md.ID, Image: md.Image, ImageHash: md.ImageHash, State: md.State,
 		MemoryMiB: md.MemoryMiB, VCPUs: md.VCPUs, Width: md.Width, Height: md.Height, Accel: md.Accel,
 		CreatedAt: md.Created, BootSeconds: md.BootSeconds, Start: md.Start, VNCSocket: filepath.Join(md.Dir, "vnc.sock"), Resets: mc.resets,
-		Labels: md.labelMap()}
+		Labels: md.labelMap(), Network: md.Network, Forwards: slices.Clone(md.Forwards)}
 }
 
 func (m *Manager) lookup(id string) (*machine, error) {
@@ -620,7 +649,8 @@ func (m *Manager) Get(ctx context.Context, id string) (VM, error) {
 }
 
 // Destroy removes the VM's domain, overlay (and with it the ready snapshot)
-// and sockets.
+// and sockets. If ctx ends or libvirt fails first, the VM stays listed
+// (StateBroken) and Destroy can be called again.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
 	mc, err := m.lookup(id)
 	if err != nil {
@@ -635,43 +665,45 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	if mc.session != nil {
 		mc.session.close()
 	}
-	err = m.teardown(mc.meta.ID, mc.meta.Dir)
+	if err := m.teardown(ctx, mc.meta.ID, mc.meta.Dir); err != nil {
+		m.markBroken(mc, "destroy failed")
+		return fmt.Errorf("destroy vm %s: %w", id, err)
+	}
 	mc.gone = true
+	mc.stop()
 	m.mu.Lock()
 	delete(m.vms, id)
 	m.mu.Unlock()
 	m.publish(EventDestroyed, mc, "destroyed")
-	if err != nil {
-		return fmt.Errorf("destroy vm %s: %w", id, err)
-	}
 	m.log.Info("vm destroyed", "vm", id, "op", "destroy", "duration", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
 // teardown removes whatever exists of a VM: domain (running or not), its
 // definition and its directory. Missing parts are not errors.
-func (m *Manager) teardown(id, dir string) error {
+func (m *Manager) teardown(ctx context.Context, id, dir string) error {
 	var errs []error
-	dom, err := m.hv.lookupDomain(DomainPrefix + id)
+	dom, err := m.hv.lookupDomain(ctx, DomainPrefix+id)
 	switch {
 	case libvirt.IsNotFound(err):
 	case err != nil:
-		errs = append(errs, err)
+		return fmt.Errorf("look up domain: %w", err)
 	default:
-		if err := ignoreNotRunning(m.hv.destroyDomain(dom)); err != nil && !libvirt.IsNotFound(err) {
+		if err := ignoreNotRunning(m.hv.destroyDomain(ctx, dom)); err != nil && !libvirt.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("destroy domain: %w", err))
 		}
-		if err := m.hv.undefineDomain(dom); err != nil && !libvirt.IsNotFound(err) {
+		if err := m.hv.undefineDomain(ctx, dom); err != nil && !libvirt.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("undefine domain: %w", err))
 		}
+	}
+	if len(errs) > 0 {
+		// Keep the directory while the domain may still use it.
+		return errors.Join(errs...)
 	}
 	if dir == "" {
 		dir = m.vmDir(id)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return os.RemoveAll(dir)
 }
 
 // ready returns mc if it can take guest calls, holding its read lock;
@@ -687,19 +719,37 @@ func (m *Manager) ready(id, op string) (*machine, error) {
 		return nil, fmt.Errorf("vm %q: %w", id, ErrNotFound)
 	}
 	if mc.meta.State != StateReady {
-		st := mc.meta.State
+		err := m.notReadyErr(mc, op)
 		mc.mu.RUnlock()
-		return nil, fmt.Errorf("%s on vm %s: %w (state %s)", op, id, ErrNotRunning, st)
+		return nil, err
 	}
 	return mc, nil
 }
 
-// guestErr classifies a failed guest call: a dead QEMU is named as such.
-func (m *Manager) guestErr(mc *machine, err error) error {
-	if err == nil {
-		return nil
+// stop ends mc's background watch.
+func (mc *machine) stop() {
+	mc.stopOnce.Do(func() {
+		if mc.stopWatch != nil {
+			close(mc.stopWatch)
+		}
+	})
+}
+
+// notReadyErr says why mc cannot take op: ErrNotRunning, and ErrDead too
+// when its QEMU is gone. Callers hold mc.mu.
+func (m *Manager) notReadyErr(mc *machine, op string) error {
+	if mc.dead.Load() {
+		return fmt.Errorf("%s on vm %s: %w: %w (%s)", op, mc.meta.ID, ErrNotRunning, ErrDead, mc.deathReason)
 	}
-	if aerr := m.checkAlive(mc, filepath.Join(mc.meta.Dir, "console.log")); aerr != nil {
+	return fmt.Errorf("%s on vm %s: %w (state %s)", op, mc.meta.ID, ErrNotRunning, mc.meta.State)
+}
+
+// guestErr classifies a failed guest call: a dead QEMU is named as such.
+func (m *Manager) guestErr(ctx context.Context, mc *machine, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if aerr := m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")); aerr != nil {
 		return errors.Join(err, aerr)
 	}
 	return err
@@ -707,6 +757,8 @@ func (m *Manager) guestErr(mc *machine, err error) error {
 
 // Reset returns a ready VM to its ready snapshot: RAM, devices and disk via
 // QEMU's loadvm, then the guest clock (restored to snapshot time) is set.
+// A reset that fails, or that ctx cuts short while loadvm may be running,
+// leaves the VM StateBroken (EventDied): its guest state is unknown.
 func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 	mc, err := m.lookup(id)
 	if err != nil {
@@ -718,21 +770,24 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 		return ResetResult{}, fmt.Errorf("vm %q: %w", id, ErrNotFound)
 	}
 	if mc.meta.State != StateReady {
-		return ResetResult{}, fmt.Errorf("reset vm %s: %w (state %s)", id, ErrNotRunning, mc.meta.State)
+		return ResetResult{}, m.notReadyErr(mc, "reset")
 	}
-	if err := m.checkAlive(mc, filepath.Join(mc.meta.Dir, "console.log")); err != nil {
-		m.markBroken(mc, "dead at reset")
-		return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
+	if err := m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")); err != nil {
+		if ctx.Err() == nil {
+			m.markBroken(mc, "dead at reset")
+			return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
+		}
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
 	}
 	start := time.Now()
-	if err := mc.mon.loadVM(readySnapshot); err != nil {
-		m.markBroken(mc, "loadvm failed")
-		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(mc, err))
+	if err := mc.mon.loadVM(ctx, readySnapshot); err != nil {
+		m.markBroken(mc, "loadvm failed: "+err.Error())
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
 	loaded := time.Since(start)
 	if err := m.setClock(ctx, mc); err != nil {
 		m.markBroken(mc, "clock after reset failed")
-		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(mc, err))
+		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(ctx, mc, err))
 	}
 	mc.resets++
 	m.publish(EventReset, mc, "")
@@ -754,7 +809,7 @@ func (m *Manager) setClock(ctx context.Context, mc *machine) error {
 		}
 		m.log.Warn("clock through session channel failed; using the guest agent", "vm", mc.meta.ID, "op", "reset", "err", err)
 	}
-	return mc.agent.setTime()
+	return mc.agent.setTime(ctx)
 }
 
 // shrinkRAM asks the guest to drop its page cache before the ready snapshot;
@@ -775,6 +830,9 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if req.Timeout < 0 {
 		return ExecResult{}, fielderr.Newf("timeout_s", ErrInvalid, "must be positive")
 	}
+	if len(req.Stdin) > MaxExecStdin {
+		return ExecResult{}, fielderr.Newf("stdin", ErrTooLarge, "%d bytes; at most %d", len(req.Stdin), MaxExecStdin)
+	}
 	if req.Timeout == 0 {
 		req.Timeout = DefaultExecTimeout
 	}
@@ -784,7 +842,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	}
 	defer mc.mu.RUnlock()
 	res, err := mc.agent.exec(ctx, req)
-	return res, m.guestErr(mc, err)
+	return res, m.guestErr(ctx, mc, err)
 }
 
 // ReadFile reads a guest file of at most MaxFileSize bytes.
@@ -797,11 +855,11 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error)
 		return nil, err
 	}
 	defer mc.mu.RUnlock()
-	b, err := mc.agent.readFile(path, MaxFileSize)
+	b, err := mc.agent.readFile(ctx, path, MaxFileSize)
 	if errors.Is(err, ErrTooLarge) {
 		return nil, err
 	}
-	return b, m.guestErr(mc, err)
+	return b, m.guestErr(ctx, mc, err)
 }
 
 // WriteFile writes a guest file; mode 0 keeps the agent's default (0666 less umask).
@@ -820,13 +878,13 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, m
 		return err
 	}
 	defer mc.mu.RUnlock()
-	if err := mc.agent.writeFile(path, data); err != nil {
-		return m.guestErr(mc, err)
+	if err := mc.agent.writeFile(ctx, path, data); err != nil {
+		return m.guestErr(ctx, mc, err)
 	}
 	if mode != 0 {
 		res, err := mc.agent.exec(ctx, ExecRequest{Argv: []string{"chmod", fmt.Sprintf("%o", mode), path}, Timeout: 10 * time.Second})
 		if err != nil {
-			return m.guestErr(mc, err)
+			return m.guestErr(ctx, mc, err)
 		}
 		if res.ExitCode != 0 {
 			return fmt.Errorf("chmod %o %s on vm %s: %w: %s", mode, path, id, ErrAgent, res.Stderr)
@@ -855,8 +913,8 @@ func (m *Manager) Screenshot(ctx context.Context, id string) (*image.RGBA, error
 	if err := os.Chown(path, m.uid, m.gid); err != nil {
 		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
 	}
-	if err := mc.mon.run("screendump " + path); err != nil {
-		return nil, fmt.Errorf("screenshot vm %s: %w", id, m.guestErr(mc, err))
+	if err := mc.mon.run(ctx, "screendump "+path); err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -907,9 +965,30 @@ func (m *Manager) SetLabel(ctx context.Context, id, key, value string) error {
 	}
 	old := mc.meta.Labels
 	mc.meta.setLabel(key, value)
-	if err := m.saveMeta(mc); err != nil {
+	if err := m.saveMeta(ctx, mc); err != nil {
 		mc.meta.Labels = old
 		return err
 	}
 	return nil
+}
+
+// macModel returns the mandatory access control model libvirt offers for
+// sVirt ("apparmor" or "selinux") from its capabilities XML, or "".
+func macModel(capsXML string) string {
+	var caps struct {
+		Host struct {
+			SecModels []struct {
+				Model string `xml:"model"`
+			} `xml:"secmodel"`
+		} `xml:"host"`
+	}
+	if err := xml.Unmarshal([]byte(capsXML), &caps); err != nil {
+		return ""
+	}
+	for _, s := range caps.Host.SecModels {
+		if s.Model == "apparmor" || s.Model == "selinux" {
+			return s.Model
+		}
+	}
+	return ""
 }

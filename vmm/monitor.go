@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -17,8 +18,8 @@ type monitor struct {
 	vm  string
 }
 
-func (m *monitor) run(cmd string) error {
-	out, err := m.hv.monitorHMP(m.dom, cmd)
+func (m *monitor) run(ctx context.Context, cmd string) error {
+	out, err := m.hv.monitorHMP(ctx, m.dom, cmd)
 	if err != nil {
 		return fmt.Errorf("monitor %q on vm %s: %w", cmd, m.vm, err)
 	}
@@ -42,10 +43,10 @@ func parseHMPResult(out string) error {
 // readySnapshot is the name of the internal snapshot resets return to.
 const readySnapshot = "deskfarm-ready"
 
-func (m *monitor) saveVM(name string) error { return m.run("savevm " + name) }
-func (m *monitor) loadVM(name string) error { return m.run("loadvm " + name) }
+func (m *monitor) saveVM(ctx context.Context, name string) error { return m.run(ctx, "savevm "+name) }
+func (m *monitor) loadVM(ctx context.Context, name string) error { return m.run(ctx, "loadvm "+name) }
 
 // stop pauses the guest; QEMU drains and flushes its block layer first, so
 // the overlay file is consistent on disk (qcow2 metadata caches included).
-func (m *monitor) stop() error { return m.run("stop") }
-func (m *monitor) cont() error { return m.run("cont") }
+func (m *monitor) stop(ctx context.Context) error { return m.run(ctx, "stop") }
+func (m *monitor) cont(ctx context.Context) error { return m.run(ctx, "cont") }

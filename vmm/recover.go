@@ -15,7 +15,7 @@ import (
 // their domain metadata, and removes everything else of deskfarm's: domains
 // caught mid-create or stopped, and VM directories with no domain.
 func (m *Manager) recover(ctx context.Context) error {
-	doms, err := m.hv.listDomains()
+	doms, err := m.hv.listDomains(ctx)
 	if err != nil {
 		return fmt.Errorf("recover: list domains: %w", err)
 	}
@@ -25,7 +25,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			continue
 		}
 		id := strings.TrimPrefix(d.Name, DomainPrefix)
-		mc, why, ours := m.adopt(d)
+		mc, why, ours := m.adopt(ctx, d)
 		if !ours {
 			// Another farm (say the test suite's) on the same libvirtd.
 			m.log.Debug("ignoring domain of another state dir", "vm", id, "op", "recover", "reason", why)
@@ -33,12 +33,13 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		if mc == nil {
 			m.log.Warn("removing leftover domain", "vm", id, "op", "recover", "reason", why)
-			if err := m.teardown(id, ""); err != nil {
+			if err := m.teardown(ctx, id, ""); err != nil {
 				m.log.Error("remove leftover domain", "vm", id, "op", "recover", "err", err)
 			}
 			continue
 		}
 		m.vms[id] = mc
+		m.watchProcess(mc)
 		adopted[id] = true
 		m.log.Info("adopted vm", "vm", id, "op", "recover", "image", mc.meta.Image)
 	}
@@ -61,8 +62,8 @@ func (m *Manager) recover(ctx context.Context) error {
 // adopt returns the live record of a domain, or nil and why it can't be
 // used. ours is false for a domain whose directory lies in another state dir:
 // that belongs to another deskfarm on the same libvirtd and is left alone.
-func (m *Manager) adopt(d libvirt.Domain) (mc *machine, why string, ours bool) {
-	raw, err := m.hv.domainMetadata(d, metadataNS)
+func (m *Manager) adopt(ctx context.Context, d libvirt.Domain) (mc *machine, why string, ours bool) {
+	raw, err := m.hv.domainMetadata(ctx, d, metadataNS)
 	if err != nil {
 		// Every deskfarm domain is defined with its metadata; without it we
 		// cannot tell whose it is.
@@ -75,7 +76,7 @@ func (m *Manager) adopt(d libvirt.Domain) (mc *machine, why string, ours bool) {
 	if filepath.Dir(md.Dir) != filepath.Join(m.cfg.StateDir, "vms") {
 		return nil, "directory " + md.Dir + " is not under " + m.cfg.StateDir, false
 	}
-	st, err := m.hv.domainState(d)
+	st, err := m.hv.domainState(ctx, d)
 	if err != nil {
 		return nil, "state unknown: " + err.Error(), true
 	}
@@ -88,14 +89,16 @@ func (m *Manager) adopt(d libvirt.Domain) (mc *machine, why string, ours bool) {
 	if _, err := os.Stat(filepath.Join(md.Dir, "disk.qcow2")); err != nil {
 		return nil, "overlay missing: " + err.Error(), true
 	}
-	mc = &machine{meta: md, dom: d,
+	// A directory made by an older deskfarm may be group-readable.
+	_ = os.Chmod(md.Dir, vmDirMode)
+	mc = &machine{mem: md.MemoryMiB, stopWatch: make(chan struct{}), meta: md, dom: d,
 		agent: &agent{hv: m.hv, dom: d, vm: md.ID},
 		mon:   &monitor{hv: m.hv, dom: d, vm: md.ID}}
 	// The session channel is how resets set the clock; without it they fall
 	// back to the slower guest agent, so a failure here is not fatal.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if s, err := dialSession(ctx, md.ID, filepath.Join(md.Dir, "session.sock"), func() error { return nil }); err == nil {
+	if s, err := dialSession(sctx, md.ID, filepath.Join(md.Dir, "session.sock"), func() error { return nil }); err == nil {
 		mc.session = s
 	} else {
 		m.log.Warn("session channel unavailable after restart", "vm", md.ID, "op", "recover", "err", err)

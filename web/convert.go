@@ -16,14 +16,30 @@ import (
 
 func vmmCreateOptions(o api.CreateOptions) vmm.CreateOptions {
 	return vmm.CreateOptions{Image: o.Image, MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, Boot: o.Boot,
-		Width: o.Width, Height: o.Height, Labels: o.Labels}
+		Width: o.Width, Height: o.Height, Labels: o.Labels, Network: o.Network, Forwards: vmmForwards(o.Forwards)}
+}
+
+func vmmForwards(fs []api.Forward) []vmm.Forward {
+	var out []vmm.Forward
+	for _, f := range fs {
+		out = append(out, vmm.Forward{GuestPort: f.GuestPort, HostPort: f.HostPort})
+	}
+	return out
+}
+
+func apiForwards(fs []vmm.Forward) []api.Forward {
+	var out []api.Forward
+	for _, f := range fs {
+		out = append(out, api.Forward{GuestPort: f.GuestPort, HostPort: f.HostPort})
+	}
+	return out
 }
 
 func apiVM(vm vmm.VM) api.VM {
 	return api.VM{ID: vm.ID, Domain: vm.Domain, Image: vm.Image, ImageHash: vm.ImageHash, State: string(vm.State),
 		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs, Width: vm.Width, Height: vm.Height, Accel: vm.Accel,
 		CreatedAt: vm.CreatedAt, BootSeconds: vm.BootSeconds, Start: vm.Start, VNCSocket: vm.VNCSocket,
-		Resets: vm.Resets, Labels: vm.Labels}
+		Resets: vm.Resets, Labels: vm.Labels, Network: vm.Network, Forwards: apiForwards(vm.Forwards)}
 }
 
 func apiEpisode(ep pool.Episode, viewerURL string) api.Episode {

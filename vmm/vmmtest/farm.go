@@ -47,6 +47,10 @@ type Farm struct {
 	Images []string
 	// IDFormat formats the n-th VM's id; default "vm%d".
 	IDFormat string
+	// MemoryLimitMiB, when set, is the admission limit (vmm.Config's):
+	// a create whose memory does not fit beside the VMs alive is refused
+	// as vmm.Manager refuses it. 0 means no limit.
+	MemoryLimitMiB int
 
 	// LastExec is the last request Exec received.
 	LastExec vmm.ExecRequest
@@ -118,12 +122,23 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 		defer f.mu.Unlock()
 		return vmm.VM{}, f.Err
 	}
+	if f.MemoryLimitMiB > 0 {
+		if used := f.usedLocked(); used+o.MemoryMiB > f.MemoryLimitMiB {
+			defer f.mu.Unlock()
+			return vmm.VM{}, fielderr.Newf("memory_mib", vmm.ErrInsufficientResources, "%d MiB requested but %d of the %d MiB for guests are taken by other VMs",
+				o.MemoryMiB, used, f.MemoryLimitMiB)
+		}
+	}
 	f.nextID++
+	network := o.Network
+	if network == "" {
+		network = vmm.NetworkNone
+	}
 	idf := f.IDFormat
 	if idf == "" {
 		idf = "vm%d"
 	}
-	v := &vmm.VM{ID: fmt.Sprintf(idf, f.nextID), Image: o.Image, State: vmm.StateCreating,
+	v := &vmm.VM{Network: network, Forwards: o.Forwards, ID: fmt.Sprintf(idf, f.nextID), Image: o.Image, State: vmm.StateCreating,
 		MemoryMiB: cmp.Or(o.MemoryMiB, vmm.DefaultMemoryMiB), VCPUs: cmp.Or(o.VCPUs, vmm.DefaultVCPUs), Width: o.Width, Height: o.Height, Accel: "tcg",
 		CreatedAt: time.Now().Add(time.Duration(f.nextID) * time.Microsecond), Start: vmm.StartBoot, Labels: maps.Clone(o.Labels)}
 	if v.Width == 0 {
@@ -328,4 +343,22 @@ func (f *Farm) File(id, path string) ([]byte, bool) {
 func (f *Farm) FileOrNil(id, path string) []byte {
 	b, _ := f.File(id, path)
 	return b
+}
+
+func (f *Farm) usedLocked() int {
+	used := 0
+	for _, v := range f.vms {
+		if v.State != vmm.StateBroken {
+			used += v.MemoryMiB
+		}
+	}
+	return used
+}
+
+// Capacity returns the guest memory of the VMs not broken and
+// MemoryLimitMiB, as vmm.Manager.Capacity does.
+func (f *Farm) Capacity() (usedMiB, limitMiB int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.usedLocked(), f.MemoryLimitMiB
 }

@@ -1,0 +1,33 @@
+package vmm
+
+import (
+	"context"
+	"path/filepath"
+)
+
+// Hooks for the external E2E tests, which cannot import vmm's internals
+// (testenv imports vmm).
+
+// MonitorForTest runs a raw HMP command on a VM and returns QEMU's output.
+func MonitorForTest(ctx context.Context, m *Manager, id, cmd string) (string, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return "", err
+	}
+	return m.hv.monitorHMP(ctx, mc.dom, cmd)
+}
+
+// AgentForTest sends a raw guest agent command and returns its raw reply.
+func AgentForTest(ctx context.Context, m *Manager, id, cmd string) (string, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return "", err
+	}
+	return m.hv.agentCommand(ctx, mc.dom, cmd, false)
+}
+
+// TestdataDir is vmm's testdata directory.
+var TestdataDir = filepath.Join("testdata")
+
+// ParseHMPResultForTest is parseHMPResult.
+var ParseHMPResultForTest = parseHMPResult
