@@ -146,7 +146,7 @@ type HealthResponse struct {
 }
 
 // Forward forwards a host TCP port, bound to 127.0.0.1 only, to a guest
-// TCP port. HostPort 0 in a create request picks a free port.
+// TCP port (1024-65535, unique on the host).
 type Forward struct {
 	GuestPort int `json:"guest_port"`
 	HostPort  int `json:"host_port"`
