@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
 
 func TestParseConfig(t *testing.T) {
 	c, err := ParseConfig([]byte(`
-host_reserve_mib: 1024
 pools:
   - name: tiny
     image: tiny
@@ -32,7 +32,7 @@ pools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Pools) != 2 || c.HostReserveMiB != 1024 || c.MaxBoots != 1 {
+	if len(c.Pools) != 2 || c.MaxBoots != 1 {
 		t.Fatalf("config: %+v", c)
 	}
 	d := c.Pools[1]
@@ -41,6 +41,7 @@ pools:
 	}
 	for name, in := range map[string]string{
 		"unknown key":    "pools: [{name: a, image: tiny, bogus: 1}]",
+		"host memory":    "host_reserve_mib: 1024\npools: [{name: a, image: tiny}]", // vmm owns admission
 		"no pools":       "pools: []",
 		"dup name":       "pools: [{name: a, image: tiny}, {name: a, image: tiny}]",
 		"bad name":       "pools: [{name: A b, image: tiny}]",
@@ -82,15 +83,14 @@ func TestDefaultConfigAndOverride(t *testing.T) {
 }
 
 func testConfig(minWarm, max int) Config {
-	c := Config{HostMemoryMiB: 100000, Pools: []PoolConfig{{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: minWarm, Max: max}}}
+	c := Config{Pools: []PoolConfig{{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: minWarm, Max: max}}}
 	c.SetDefaults()
 	return c
 }
 
 func newTestManager(t *testing.T, f *vmmtest.Farm, cfg Config, dir string) *Manager {
 	t.Helper()
-	m, err := New(context.Background(), f, cfg, Options{StateDir: dir, ReapInterval: 10 * time.Millisecond,
-		ReconcileInterval: 50 * time.Millisecond})
+	m, err := New(context.Background(), f, cfg, Options{StateDir: dir, ReapInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,11 +247,23 @@ func TestConcurrentLeasesNeverShareAVM(t *testing.T) {
 	t.Logf("%d starts refused with pool_full; %d resets", full, f.Resets)
 }
 
+// TestHostFull: vmm refuses a boot for lack of memory; a start gets
+// ErrHostFull naming the field, and the refill backs off and says why in
+// PoolStatus.
 func TestHostFull(t *testing.T) {
 	f := vmmtest.New()
-	cfg := testConfig(0, 5)
-	cfg.HostMemoryMiB, cfg.HostReserveMiB = 1024, 400 // room for two 256 MiB VMs
-	m := newTestManager(t, f, cfg, t.TempDir())
+	var mu sync.Mutex
+	room := 2
+	f.CreateHook = func(context.Context, vmm.CreateOptions) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if room == 0 {
+			return fielderr.Newf("memory_mib", vmm.ErrInsufficientResources, "256 MiB requested but only 100 MiB available on the host")
+		}
+		room--
+		return nil
+	}
+	m := newTestManager(t, f, testConfig(0, 5), t.TempDir())
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		if ep, err := m.Start(ctx, "tiny", time.Minute); err != nil || ep.Warm {
@@ -259,8 +271,22 @@ func TestHostFull(t *testing.T) {
 		}
 	}
 	_, err := m.Start(ctx, "tiny", time.Minute)
-	if !errors.Is(err, ErrHostFull) || !errors.Is(err, vmm.ErrInsufficientResources) {
-		t.Fatalf("third start: %v, want ErrHostFull", err)
+	if !errors.Is(err, ErrHostFull) || !errors.Is(err, vmm.ErrInsufficientResources) || fielderr.Field(err) != "memory_mib" {
+		t.Fatalf("third start: %v, want ErrHostFull on memory_mib", err)
+	}
+
+	// A background boot refused the same way is visible and retried later.
+	f2 := vmmtest.New()
+	f2.CreateHook = f.CreateHook
+	m2, err := New(ctx, f2, testConfig(1, 2), Options{StateDir: t.TempDir(), BootRetry: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	waitFor(t, "last_error", func() bool { return m2.Pools()[0].LastError != "" })
+	p := m2.Pools()[0]
+	if !strings.Contains(p.LastError, "memory_mib") || p.RetryAt == nil || time.Until(*p.RetryAt) < 50*time.Minute || p.Warm != 0 || p.Booting != 0 {
+		t.Fatalf("pool after a refused boot: %+v", p)
 	}
 }
 

@@ -90,23 +90,6 @@ func (s *server) initEpisodes(opts Options) {
 			s.log.Warn("register api metrics", "op", "metrics", "err", err)
 		}
 	}
-	if s.pools != nil {
-		s.pools.SetHooks(func(vm string) {
-			// The guest is back at its snapshot: nothing is held, no one
-			// has taken over.
-			if s.desks != nil {
-				s.desks.Reset(vm)
-			}
-			s.control.release(vm)
-			s.activity.forget(vm)
-		}, func(vm string) {
-			if s.desks != nil {
-				s.desks.Drop(vm)
-			}
-			s.control.release(vm)
-			s.activity.forget(vm)
-		})
-	}
 }
 
 // timed observes h's latency in hv.
@@ -248,7 +231,8 @@ func (s *server) onEpisode(h apiHandler, screenshotDefault bool) apiHandler {
 		case err == nil:
 			return nil
 		case errors.Is(err, vmm.ErrDead):
-			s.pools.Failed(id, err)
+			// The pool hears of the death from vmm's events: it ends the
+			// episode and replaces the vm.
 			return fmt.Errorf("episode %s (vm %s): %w; the episode is ended and the pool replaces the vm", id, vm, err)
 		case ctx.Err() != nil && r.Context().Err() == nil:
 			return fmt.Errorf("episode %s (vm %s): %w during the call: %w", id, vm, pool.ErrEpisodeEnded, err)

@@ -63,7 +63,7 @@ func run(image string, n, nb int) error {
 	defer desks.Close()
 	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "bench", Image: image, MinWarm: workers, Max: workers}}}
 	cfg.SetDefaults()
-	pools, err := pool.New(ctx, m, cfg, pool.Options{StateDir: stateDir, Log: log, AfterReset: desks.Reset, BeforeDestroy: desks.Drop})
+	pools, err := pool.New(ctx, m, cfg, pool.Options{StateDir: stateDir, Log: log})
 	if err != nil {
 		return err
 	}
