@@ -143,7 +143,7 @@ var transitions = map[stateInput]transition{
 	{stWarm, inEvict}:     {to: stDestroying, fx: fxDestroy},
 	{stWarm, inDied}:      {to: stDestroying, fx: fxDestroy | fxWake},
 	{stWarm, inDestroyed}: {to: stGone, fx: fxWake},
-	{stWarm, inTouch}:     {to: stWarm, dirty: dirtySet},
+	{stWarm, inTouch}:     {to: stWarm, fx: fxWake, dirty: dirtySet}, // wake: the refill cleans it
 
 	// Leaving leased goes through resetting, so that the episode label is
 	// removed while no one else can lease the VM (an unlabel racing a new

@@ -28,8 +28,8 @@ warm clean died            -> destroying clean wake+destroy
 warm dirty died            -> destroying dirty wake+destroy
 warm clean destroyed       -> gone clean wake
 warm dirty destroyed       -> gone dirty wake
-warm clean touch           -> warm dirty -
-warm dirty touch           -> warm dirty -
+warm clean touch           -> warm dirty wake
+warm dirty touch           -> warm dirty wake
 
 leased clean abort         -> resetting clean wake+unlabel+reset
 leased dirty abort         -> resetting clean wake+unlabel+reset

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +90,7 @@ func testConfig(minWarm, max int) Config {
 	return c
 }
 
-func newTestManager(t *testing.T, f *vmmtest.Farm, cfg Config, dir string) *Manager {
+func newTestManager(t *testing.T, f VMs, cfg Config, dir string) *Manager {
 	t.Helper()
 	m, err := New(context.Background(), f, cfg, Options{StateDir: dir, ReapInterval: 10 * time.Millisecond})
 	if err != nil {
@@ -337,5 +339,306 @@ func TestVanishedVMEndsEpisode(t *testing.T) {
 	waitFor(t, "episode ended", func() bool { e, _ := m.Get(ep.ID); return e.State == EpisodeEnded })
 	if e, _ := m.Get(ep.ID); e.EndReason != ReasonVMGone {
 		t.Fatalf("reason %q", e.EndReason)
+	}
+}
+
+// recFarm records the calls that change a VM, in order.
+type recFarm struct {
+	*vmmtest.Farm
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recFarm) rec(s string) {
+	r.mu.Lock()
+	r.calls = append(r.calls, s)
+	r.mu.Unlock()
+}
+
+func (r *recFarm) Reset(ctx context.Context, id string) (vmm.ResetResult, error) {
+	res, err := r.Farm.Reset(ctx, id)
+	if err == nil {
+		r.rec("reset " + id)
+	}
+	return res, err
+}
+
+func (r *recFarm) SetLabel(ctx context.Context, id, key, value string) error {
+	r.rec(fmt.Sprintf("label %s %s=%s", id, key, value))
+	return r.Farm.SetLabel(ctx, id, key, value)
+}
+
+// callsOn returns the recorded calls on vm.
+func (r *recFarm) callsOn(vm string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, c := range r.calls {
+		if strings.Fields(c)[1] == vm {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// poolVMs returns the ids of pool's VMs in state.
+func poolVMs(m *Manager, state string) []string {
+	var out []string
+	for _, v := range m.Pools()[0].VMs {
+		if v.State == state {
+			out = append(out, v.VM)
+		}
+	}
+	return out
+}
+
+func listed(m *Manager, vm string) bool {
+	for _, v := range m.Pools()[0].VMs {
+		if v.VM == vm {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKilledWarmVMLeavesPool: a warm VM whose QEMU dies leaves the pool as
+// soon as vmm says so, is destroyed and replaced, and is never leased.
+func TestKilledWarmVMLeavesPool(t *testing.T) {
+	f := &recFarm{Farm: vmmtest.New()}
+	m := newTestManager(t, f, testConfig(1, 2), t.TempDir())
+	waitFor(t, "one warm vm", func() bool { return warm(m) == 1 })
+	dead := poolVMs(m, "warm")[0]
+
+	f.Kill(dead, "crashed")
+	deadline := time.Now().Add(2 * time.Second)
+	for listed(m, dead) {
+		if time.Now().After(deadline) {
+			t.Fatalf("killed vm %s still in the pool after 2 s: %+v", dead, m.Pools())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, "a replacement", func() bool { return warm(m) == 1 })
+	if _, err := f.Get(context.Background(), dead); !errors.Is(err, vmm.ErrNotFound) {
+		t.Fatalf("killed vm not destroyed: %v", err)
+	}
+	ep, err := m.Start(context.Background(), "tiny", time.Minute)
+	if err != nil || ep.VM == dead {
+		t.Fatalf("start after the kill: %+v %v", ep, err)
+	}
+	// No lease was ever attempted on the dead VM: it never got an episode
+	// label, and no reset.
+	if calls := f.callsOn(dead); len(calls) != 0 {
+		t.Fatalf("calls on the killed warm vm: %q", calls)
+	}
+}
+
+// TestLeasedVMDiedEndsEpisode: a leased VM that dies ends its episode
+// (vm_died), later calls on it get ErrEpisodeEnded, and the pool refills.
+func TestLeasedVMDiedEndsEpisode(t *testing.T) {
+	f := vmmtest.New()
+	m := newTestManager(t, f, testConfig(1, 2), t.TempDir())
+	waitFor(t, "one warm vm", func() bool { return warm(m) == 1 })
+	ep, err := m.Start(context.Background(), "tiny", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, callCtx, release, err := m.Acquire(context.Background(), ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	f.Kill(ep.VM, "crashed")
+	waitFor(t, "episode ended", func() bool { e, _ := m.Get(ep.ID); return e.State == EpisodeEnded })
+	e, _ := m.Get(ep.ID)
+	if e.EndReason != ReasonVMDied || !e.VMReplaced {
+		t.Fatalf("ended: %+v", e)
+	}
+	if callCtx.Err() == nil {
+		t.Fatal("the call in flight on the dead vm was not canceled")
+	}
+	if _, _, _, err := m.Acquire(context.Background(), ep.ID); !errors.Is(err, ErrEpisodeEnded) {
+		t.Fatalf("acquire after death: %v", err)
+	}
+	waitFor(t, "dead vm destroyed", func() bool { _, err := f.Get(context.Background(), ep.VM); return errors.Is(err, vmm.ErrNotFound) })
+	waitFor(t, "refill", func() bool { return warm(m) == 1 && !listed(m, ep.VM) })
+}
+
+// TestRecoveryFromLabels: after a restart, ownership comes from the VMs'
+// labels: the lease comes back, a VM booted for the pool but never
+// recorded is the pool's, a VM with a stale episode label is reset and
+// unlabelled before any lease, and a VM without labels stays out.
+func TestRecoveryFromLabels(t *testing.T) {
+	f := vmmtest.New()
+	dir := t.TempDir()
+	cfg := testConfig(1, 4)
+	ctx := context.Background()
+	m1, err := New(ctx, f, cfg, Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "warm", func() bool { return warm(m1) == 1 })
+	ep, err := m1.Start(ctx, "tiny", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "refill", func() bool { return warm(m1) == 1 })
+	m1.Close() // as after kill -9: Close writes nothing
+
+	opts := cfg.Pools[0].createOptions()
+	opts.Labels = map[string]string{LabelPool: "tiny"}
+	orphan, _ := f.Create(ctx, opts) // booted, then deskfarm died before recording it
+	opts.Labels = map[string]string{LabelPool: "tiny", LabelEpisode: "ep-neverrecorded"}
+	stale, _ := f.Create(ctx, opts) // labelled, then deskfarm died before recording the lease
+	plain, _ := f.Create(ctx, vmm.CreateOptions{Image: "tiny"})
+	resets := f.Resets
+
+	m2 := newTestManager(t, f, cfg, dir)
+	got, err := m2.Get(ep.ID)
+	if err != nil || got.VM != ep.VM || got.State != EpisodeActive {
+		t.Fatalf("recovered lease: %+v %v", got, err)
+	}
+	if pool, epID, pooled := m2.Owner(ep.VM); pool != "tiny" || epID != ep.ID || !pooled {
+		t.Fatalf("owner of leased vm: %q %q %v", pool, epID, pooled)
+	}
+	for _, vm := range []string{orphan.ID, stale.ID} {
+		if pool, epID, pooled := m2.Owner(vm); pool != "tiny" || epID != "" || !pooled {
+			t.Fatalf("owner of %s: %q %q %v", vm, pool, epID, pooled)
+		}
+	}
+	if _, _, pooled := m2.Owner(plain.ID); pooled {
+		t.Fatal("a vm without a pool label was taken into the pool")
+	}
+	// Warm VMs come back dirty (unknown history) and are reset; the stale
+	// episode label goes.
+	waitFor(t, "recovered warm vms cleaned", func() bool {
+		p := m2.Pools()[0]
+		for _, v := range p.VMs {
+			if v.Dirty && v.State == "warm" {
+				return false
+			}
+		}
+		return p.Warm == 3 && p.Leased == 1
+	})
+	if f.Resets < resets+3 {
+		t.Fatalf("%d resets after restart, want the 3 warm vms reset", f.Resets-resets)
+	}
+	if v, _ := f.Get(ctx, stale.ID); v.Labels[LabelEpisode] != "" {
+		t.Fatalf("stale episode label kept: %v", v.Labels)
+	}
+	if e, err := m2.End(ctx, ep.ID, ReasonDeleted); err != nil || e.EndReason != ReasonDeleted || e.VMReplaced {
+		t.Fatalf("end recovered lease: %+v %v", e, err)
+	}
+	if v, _ := f.Get(ctx, ep.VM); v.Labels[LabelEpisode] != "" || v.Labels[LabelPool] != "tiny" {
+		t.Fatalf("labels after end: %v", v.Labels)
+	}
+}
+
+// TestDirtyVMResetBeforeLease: a warm VM touched while unleased is reset
+// before the next episode gets it, and the episode says so.
+func TestDirtyVMResetBeforeLease(t *testing.T) {
+	f := &recFarm{Farm: vmmtest.New()}
+	m := newTestManager(t, f, testConfig(1, 1), t.TempDir())
+	waitFor(t, "one warm vm", func() bool { return warm(m) == 1 })
+	vm := poolVMs(m, "warm")[0]
+	m.Touch(vm)
+	ep, err := m.Start(context.Background(), "tiny", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.VM != vm || !ep.CleanStart || ep.ResetBeforeLeaseMS < 1 {
+		t.Fatalf("episode: %+v", ep)
+	}
+	calls := f.callsOn(vm)
+	want := []string{"label " + vm + " episode=", "reset " + vm, "label " + vm + " episode=" + ep.ID}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls on the vm: %q, want %q (reset before the lease)", calls, want)
+	}
+
+	// A touch during the episode is undone by the end's reset; the next
+	// lease needs no extra reset.
+	m.Touch(vm)
+	if _, err := m.End(context.Background(), ep.ID, ReasonDeleted); err != nil {
+		t.Fatal(err)
+	}
+	ep2, err := m.Start(context.Background(), "tiny", time.Minute)
+	if err != nil || ep2.VM != vm || !ep2.CleanStart || ep2.ResetBeforeLeaseMS != 0 {
+		t.Fatalf("second episode: %+v %v", ep2, err)
+	}
+}
+
+// TestUnleasedMutationRefused: a pool VM no episode leases answers
+// ErrNotLeased; a leased one and a plain VM do not.
+func TestUnleasedMutationRefused(t *testing.T) {
+	f := vmmtest.New()
+	m := newTestManager(t, f, testConfig(1, 1), t.TempDir())
+	waitFor(t, "one warm vm", func() bool { return warm(m) == 1 })
+	vm := poolVMs(m, "warm")[0]
+	if err := m.RequireLease(vm); !errors.Is(err, ErrNotLeased) {
+		t.Fatalf("warm vm: %v, want ErrNotLeased", err)
+	}
+	plain, _ := f.Create(context.Background(), vmm.CreateOptions{Image: "tiny"})
+	if err := m.RequireLease(plain.ID); err != nil {
+		t.Fatalf("plain vm: %v", err)
+	}
+	ep, err := m.Start(context.Background(), "tiny", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RequireLease(vm); err != nil {
+		t.Fatalf("leased vm: %v", err)
+	}
+	if _, err := m.End(context.Background(), ep.ID, ReasonDeleted); err != nil {
+		t.Fatal(err)
+	}
+	if _, epID, pooled := m.Owner(vm); !pooled || epID != "" || !errors.Is(m.RequireLease(vm), ErrNotLeased) {
+		t.Fatalf("after end: owner %q pooled %v", epID, pooled)
+	}
+}
+
+// TestNoGoroutineLeak: Close stops every goroutine the Manager started,
+// with boots, leases and ends behind it.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	f := vmmtest.New()
+	f.BootTime = time.Millisecond
+	m, err := New(context.Background(), f, testConfig(2, 3), Options{StateDir: t.TempDir(), ReapInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "warm", func() bool { return warm(m) == 2 })
+	ep, _ := m.Start(context.Background(), "tiny", 5*time.Millisecond) // the reaper ends it
+	waitFor(t, "expiry", func() bool { e, _ := m.Get(ep.ID); return e.State == EpisodeEnded })
+	ep2, _ := m.Start(context.Background(), "tiny", time.Hour)
+	f.Kill(ep2.VM, "crashed")
+	waitFor(t, "death seen", func() bool { e, _ := m.Get(ep2.ID); return e.State == EpisodeEnded })
+	m.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestStateWritesOrdered: a snapshot older than the one on disk is not
+// written, so writes outside the lock never go back in time.
+func TestStateWritesOrdered(t *testing.T) {
+	s := &stateFile{path: filepath.Join(t.TempDir(), StateFileName)}
+	newer := snapshot{seq: 2, st: persisted{Version: stateVersion, Episodes: []Episode{{ID: "ep-new"}}}}
+	older := snapshot{seq: 1, st: persisted{Version: stateVersion, Episodes: []Episode{{ID: "ep-old"}}}}
+	if err := s.write(newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write(older); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.load()
+	if err != nil || len(st.Episodes) != 1 || st.Episodes[0].ID != "ep-new" {
+		t.Fatalf("state on disk: %+v %v", st, err)
+	}
+	if fi, _ := os.Stat(s.path); fi.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("state file mode %v: readable beyond its owner", fi.Mode())
 	}
 }
