@@ -37,7 +37,6 @@ func (m *Manager) recover(ctx context.Context) (toFinish []Episode, err error) {
 	}
 	var destroy []*member
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, v := range vms {
 		pool := v.Labels[LabelPool]
 		if pool == "" || v.State == vmm.StateCreating {
@@ -85,13 +84,13 @@ func (m *Manager) recover(ctx context.Context) (toFinish []Episode, err error) {
 		l.ep.VMReplaced = true
 		m.endLocked(l, ReasonVMGone)
 	}
-	// Destroy broken VMs once the loops run (after this returns).
-	for _, mb := range destroy {
-		m.goDestroyLater(mb)
-	}
 	snap := m.snapshotLocked()
+	m.mu.Unlock()
 	if err := m.state.write(snap); err != nil {
 		return nil, err
+	}
+	for _, mb := range destroy {
+		m.goDestroyLater(mb)
 	}
 	return toFinish, nil
 }
