@@ -405,7 +405,8 @@ type counts struct {
 	future  int // warm now or soon: warm, background boots, resets (what min_warm counts)
 	leased  int
 	booting int
-	ending  int
+	ending  int // resetting or destroying
+	dying   int // destroying
 }
 
 func (m *Manager) countLocked(pool string) counts {
@@ -436,6 +437,7 @@ func (m *Manager) countLocked(pool string) counts {
 			c.future++
 		case stDestroying:
 			c.ending++
+			c.dying++
 		}
 	}
 	return c
@@ -510,6 +512,12 @@ func (m *Manager) finishLease(mb *member, ep Episode) (Episode, error) {
 			m.goReset(mb, fx, "abort")
 		}
 		return Episode{}, fmt.Errorf("lease vm %s: label it: %w", ep.VM, err)
+	}
+	if l := m.leases[ep.ID]; l == nil || l.ep.State != EpisodeActive {
+		// The VM died while it was being labelled; the event loop ended
+		// the episode before anyone saw it.
+		m.mu.Unlock()
+		return Episode{}, fmt.Errorf("lease vm %s: %w before the lease was handed out", ep.VM, vmm.ErrDead)
 	}
 	snap := m.snapshotLocked()
 	m.mu.Unlock()
@@ -980,7 +988,13 @@ func (m *Manager) resetDoneLocked(mb *member, err error) effects {
 // than its max.
 func (m *Manager) overLocked(mb *member) bool {
 	p := m.pools[mb.pool]
-	return p == nil || !mb.fits || m.countLocked(mb.pool).total > p.cfg.Max
+	if p == nil || !mb.fits {
+		return true
+	}
+	// VMs already on their way out do not count: a destroy that failed
+	// (and is retried) must not make the pool evict another.
+	c := m.countLocked(mb.pool)
+	return c.total-c.dying > p.cfg.Max
 }
 
 // goReset carries out a reset in the background (an aborted lease).

@@ -642,3 +642,54 @@ func TestStateWritesOrdered(t *testing.T) {
 		t.Fatalf("state file mode %v: readable beyond its owner", fi.Mode())
 	}
 }
+
+// TestStartWaitsForBootInFlight: a start on a full pool whose warm VM is
+// still booting waits for it (and gets it), rather than being refused; a
+// start that gives up while waiting leaves no lease behind.
+func TestStartWaitsForBootInFlight(t *testing.T) {
+	f := vmmtest.New()
+	f.BootTime = 200 * time.Millisecond
+	m := newTestManager(t, f, testConfig(1, 1), t.TempDir())
+	waitFor(t, "a boot in flight", func() bool { return m.Pools()[0].Booting == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := m.Start(ctx, "tiny", time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("start that gives up: %v", err)
+	}
+	ep, err := m.Start(context.Background(), "tiny", time.Minute)
+	if err != nil || !ep.Warm {
+		t.Fatalf("start during the boot: %+v %v", ep, err)
+	}
+	if l := m.List(); len(l) != 1 || l[0].ID != ep.ID || f.Count() != 1 {
+		t.Fatalf("episodes %+v, %d vms", l, f.Count())
+	}
+	if _, err := m.Start(context.Background(), "tiny", time.Minute); !errors.Is(err, ErrPoolFull) {
+		t.Fatalf("start on a full pool with nothing coming: %v", err)
+	}
+}
+
+// TestConfigChangeEvicts: after a restart with a smaller max or another VM
+// size, warm VMs that no longer fit are destroyed (and replaced to spec).
+func TestConfigChangeEvicts(t *testing.T) {
+	f := vmmtest.New()
+	dir := t.TempDir()
+	m1, err := New(context.Background(), f, testConfig(2, 2), Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two warm", func() bool { return warm(m1) == 2 })
+	m1.Close()
+
+	m2 := newTestManager(t, f, testConfig(1, 1), dir)
+	waitFor(t, "one evicted", func() bool { p := m2.Pools()[0]; return len(p.VMs) == 1 && p.Warm == 1 && f.Count() == 1 })
+	m2.Close()
+
+	cfg := testConfig(1, 1)
+	cfg.Pools[0].MemoryMiB = 512
+	m3 := newTestManager(t, f, cfg, dir)
+	waitFor(t, "replaced to spec", func() bool {
+		vms, _ := f.List(context.Background())
+		return len(vms) == 1 && vms[0].MemoryMiB == 512 && warm(m3) == 1
+	})
+}
