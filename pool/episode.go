@@ -59,8 +59,10 @@ type PoolStatus struct {
 	Leased  int `json:"leased"`
 	Booting int `json:"booting"`
 	Ending  int `json:"ending"` // being reset or destroyed
-	// VMs are the pool's VMs and their states (warm, leased, resetting,
-	// destroying), by id; VMs still booting have no id yet.
+	// VMs are the pool's VMs and their states (warm, leased, resetting),
+	// by id. VMs still booting have no id yet; VMs being destroyed (dead,
+	// failed a reset, evicted) have left the pool and are only counted in
+	// Ending.
 	VMs []MemberStatus `json:"vms"`
 	// LastError is why the last background boot failed (e.g. vmm refused
 	// it for lack of memory); empty once a boot succeeds. The pool retries

@@ -276,7 +276,7 @@ func (m *Manager) Pools() []PoolStatus {
 		c := m.countLocked(p.cfg.Name)
 		s := PoolStatus{PoolConfig: p.cfg, Warm: c.warm, Leased: c.leased, Booting: c.booting, Ending: c.ending, VMs: []MemberStatus{}}
 		for _, mb := range m.members {
-			if mb.pool == p.cfg.Name && mb.vm != "" {
+			if mb.pool == p.cfg.Name && mb.vm != "" && mb.state != stDestroying {
 				s.VMs = append(s.VMs, MemberStatus{VM: mb.vm, State: mb.state.String(), Dirty: mb.dirty, Episode: mb.episode})
 			}
 		}

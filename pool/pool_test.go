@@ -418,9 +418,7 @@ func TestKilledWarmVMLeavesPool(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	waitFor(t, "a replacement", func() bool { return warm(m) == 1 })
-	if _, err := f.Get(context.Background(), dead); !errors.Is(err, vmm.ErrNotFound) {
-		t.Fatalf("killed vm not destroyed: %v", err)
-	}
+	waitFor(t, "killed vm destroyed", func() bool { _, err := f.Get(context.Background(), dead); return errors.Is(err, vmm.ErrNotFound) })
 	ep, err := m.Start(context.Background(), "tiny", time.Minute)
 	if err != nil || ep.VM == dead {
 		t.Fatalf("start after the kill: %+v %v", ep, err)
