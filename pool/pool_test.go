@@ -691,3 +691,48 @@ func TestConfigChangeEvicts(t *testing.T) {
 		return len(vms) == 1 && vms[0].MemoryMiB == 512 && warm(m3) == 1
 	})
 }
+
+// TestDiedWhileBooting: a VM whose death is announced before its Create
+// returns is never warm: it is destroyed and replaced.
+func TestDiedWhileBooting(t *testing.T) {
+	f := &recFarm{Farm: vmmtest.New()}
+	f.BootTime = 100 * time.Millisecond
+	m := newTestManager(t, f, testConfig(1, 2), t.TempDir())
+	waitFor(t, "a boot in flight", func() bool { return m.Pools()[0].Booting == 1 })
+	vms, _ := f.List(context.Background())
+	if len(vms) != 1 || vms[0].State != vmm.StateCreating {
+		t.Fatalf("vms: %+v", vms)
+	}
+	f.Kill(vms[0].ID, "crashed while booting")
+	waitFor(t, "killed boot destroyed", func() bool {
+		_, err := f.Get(context.Background(), vms[0].ID)
+		return errors.Is(err, vmm.ErrNotFound)
+	})
+	waitFor(t, "a replacement", func() bool { return warm(m) == 1 })
+	if listed(m, vms[0].ID) || len(f.callsOn(vms[0].ID)) != 0 {
+		t.Fatalf("killed boot used: %+v %q", m.Pools(), f.callsOn(vms[0].ID))
+	}
+}
+
+// deafFarm hides vmm's events, as a lost libvirt connection would.
+type deafFarm struct{ *vmmtest.Farm }
+
+func (deafFarm) Subscribe(context.Context) <-chan vmm.Event { return nil }
+
+// TestSafetyReconcile: with no events, the periodic reconcile still finds
+// a dead warm VM and a VM destroyed behind the pool's back.
+func TestSafetyReconcile(t *testing.T) {
+	f := vmmtest.New()
+	m, err := New(context.Background(), deafFarm{f}, testConfig(2, 2), Options{StateDir: t.TempDir(), ReconcileInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	waitFor(t, "two warm", func() bool { return warm(m) == 2 })
+	vms := poolVMs(m, "warm")
+	f.Kill(vms[0], "crashed")
+	f.Destroy(context.Background(), vms[1])
+	waitFor(t, "both replaced", func() bool {
+		return warm(m) == 2 && !listed(m, vms[0]) && !listed(m, vms[1]) && f.Count() == 2
+	})
+}
