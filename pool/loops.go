@@ -83,7 +83,9 @@ func (m *Manager) observeLocked(mb *member, in input, why, op string) effects {
 	if err != nil {
 		return 0
 	}
-	if state == stDestroying {
+	if state == stDestroying || fx == 0 {
+		// Our own destroy finishing, or a death the reset in flight will
+		// report (and count) itself.
 		return fx
 	}
 	kind, reason := "died", ReasonVMDied

@@ -16,6 +16,7 @@ import (
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -737,4 +738,59 @@ func TestSafetyReconcile(t *testing.T) {
 	waitFor(t, "both replaced", func() bool {
 		return warm(m) == 2 && !listed(m, vms[0]) && !listed(m, vms[1]) && f.Count() == 2
 	})
+}
+
+// TestMetrics: the pool's series are registered and follow what happens.
+func TestMetrics(t *testing.T) {
+	f := vmmtest.New()
+	reg := prometheus.NewRegistry()
+	m, err := New(context.Background(), f, testConfig(1, 2), Options{StateDir: t.TempDir(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	waitFor(t, "warm", func() bool { return warm(m) == 1 })
+	ep, err := m.Start(context.Background(), "tiny", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.End(context.Background(), ep.ID, ReasonDeleted); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			switch {
+			case mt.Counter != nil:
+				got[key] = mt.Counter.GetValue()
+			case mt.Gauge != nil:
+				got[key] = mt.Gauge.GetValue()
+			case mt.Histogram != nil:
+				got[key] = float64(mt.Histogram.GetSampleCount())
+			}
+		}
+	}
+	for key, want := range map[string]float64{
+		"deskfarm_episodes_started_total,pool=tiny,warm=true":    1,
+		"deskfarm_episodes_ended_total,pool=tiny,reason=deleted": 1,
+		"deskfarm_reset_duration_seconds,pool=tiny":              1,
+		"deskfarm_pool_leases,pool=tiny":                         0,
+		"deskfarm_pool_max,pool=tiny":                            2,
+		"deskfarm_pool_min_warm,pool=tiny":                       1,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
+	}
+	if got["deskfarm_pool_vms,pool=tiny,state=warm"] < 1 {
+		t.Errorf("no warm vms in the metrics: %v", got)
+	}
 }
