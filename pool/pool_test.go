@@ -794,3 +794,39 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("no warm vms in the metrics: %v", got)
 	}
 }
+
+// TestMigrateStateV1: a version 1 state file (membership and leases in the
+// file, VMs without labels) is read once: the VMs get their labels and the
+// lease comes back. The file is hand-made in version 1's layout (pool/state.go
+// before labels), not captured.
+func TestMigrateStateV1(t *testing.T) {
+	f := vmmtest.New()
+	ctx := context.Background()
+	cfg := testConfig(1, 2)
+	leased, _ := f.Create(ctx, cfg.Pools[0].createOptions())
+	warmVM, _ := f.Create(ctx, cfg.Pools[0].createOptions())
+	dir := t.TempDir()
+	v1 := fmt.Sprintf(`{"version": 1,
+  "members": {%q: {"pool": "tiny"}, %q: {"pool": "tiny"}},
+  "episodes": [{"id": "ep-0123456789ab", "vm": %q, "pool": "tiny", "state": "active", "warm": true,
+    "created_at": %q, "expires_at": %q, "ttl_s": 3600, "screenshot_size": "auto"}]}`,
+		leased.ID, warmVM.ID, leased.ID, time.Now().UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	if err := os.WriteFile(filepath.Join(dir, StateFileName), []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := newTestManager(t, f, cfg, dir)
+	if _, ep, pooled := m.Owner(leased.ID); ep != "ep-0123456789ab" || !pooled {
+		t.Fatalf("leased vm after migration: %q %v", ep, pooled)
+	}
+	if v, _ := f.Get(ctx, leased.ID); v.Labels[LabelPool] != "tiny" || v.Labels[LabelEpisode] != "ep-0123456789ab" {
+		t.Fatalf("leased vm labels: %v", v.Labels)
+	}
+	if v, _ := f.Get(ctx, warmVM.ID); v.Labels[LabelPool] != "tiny" {
+		t.Fatalf("warm vm labels: %v", v.Labels)
+	}
+	waitFor(t, "warm vm back", func() bool { return warm(m) == 1 && len(poolVMs(m, "warm")) == 1 && poolVMs(m, "warm")[0] == warmVM.ID })
+	b, _ := os.ReadFile(filepath.Join(dir, StateFileName))
+	if !strings.Contains(string(b), `"version": 2`) || strings.Contains(string(b), `"members"`) {
+		t.Fatalf("state file after migration: %s", b)
+	}
+}
