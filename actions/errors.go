@@ -19,14 +19,16 @@ var (
 	ErrUnsupportedAction = errors.New("unsupported action")
 	// ErrUnknownKey means a key name is not one ParseKey accepts.
 	ErrUnknownKey = errors.New("unknown key")
-	// ErrUntypable means text holds a character that cannot be typed as key
-	// events on a US layout.
+	// ErrUntypable means text holds a character that cannot be typed: a
+	// control character, invalid UTF-8, or non-ASCII text on an executor
+	// without GuestInput.
 	ErrUntypable = errors.New("character cannot be typed")
 	// ErrOutOfBounds means a coordinate or region lies outside the screenshot
 	// the agent sees.
 	ErrOutOfBounds = errors.New("coordinate out of bounds")
-	// ErrUnsupportedButton means the Display cannot deliver the mouse button
-	// (back and forward need RFB buttons 8 and 9, which Display does not carry).
+	// ErrUnsupportedButton means the mouse button or wheel direction cannot
+	// be delivered: back, forward and horizontal scroll need GuestInput
+	// (QEMU 7.2's VNC drops X buttons 6-9), and back/forward cannot be held.
 	ErrUnsupportedButton = errors.New("mouse button not supported by the display")
 	// ErrTooLarge means a request exceeds one of the caps that keep one
 	// request from wedging a VM (MaxActions, MaxTextRunes, MaxZoomPixels);
@@ -34,6 +36,8 @@ var (
 	ErrTooLarge = errors.New("request too large")
 	// ErrDisplay means the Display failed while actions were being played.
 	ErrDisplay = errors.New("display error")
+	// ErrGuest means the GuestInput failed while actions were being played.
+	ErrGuest = errors.New("guest input error")
 	// ErrPointerUnknown means an action needs the pointer's position (a click
 	// or scroll without a coordinate, cursor_position) before any pointer
 	// event was sent in the session: the guest's pointer is somewhere the

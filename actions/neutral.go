@@ -32,6 +32,8 @@ import (
 //	{"kind":"screenshot"}
 //	{"kind":"zoom","region":[0,0,400,300],"width":800}       (width/height optional)
 //	{"kind":"cursor_position"}
+//	{"kind":"clipboard_get"}                                  (needs the guest input path)
+//	{"kind":"clipboard_set","text":"Grüße"}                   (needs the guest input path)
 //
 // x, y (and from, via, region) are non-negative screenshot pixels; button is
 // left (default), middle, right, back or forward; count is 1-3 (default 1);
@@ -64,6 +66,8 @@ var wireForms = map[Kind]func() wireForm{
 	KindScreenshot:     func() wireForm { return new(bareJSON) },
 	KindZoom:           func() wireForm { return new(zoomJSON) },
 	KindCursorPosition: func() wireForm { return new(bareJSON) },
+	KindClipboardGet:   func() wireForm { return new(bareJSON) },
+	KindClipboardSet:   func() wireForm { return new(clipboardJSON) },
 }
 
 // xyJSON is an optional position flattened into x and y.
@@ -255,11 +259,21 @@ func (w *zoomJSON) action() (Action, error) {
 type bareJSON struct{ kindJSON }
 
 func (w *bareJSON) action() (Action, error) {
-	if w.Kind == KindCursorPosition {
+	switch w.Kind {
+	case KindCursorPosition:
 		return CursorPosition{}, nil
+	case KindClipboardGet:
+		return ClipboardGet{}, nil
 	}
 	return Screenshot{}, nil
 }
+
+type clipboardJSON struct {
+	kindJSON
+	Text string `json:"text"`
+}
+
+func (w *clipboardJSON) action() (Action, error) { return ClipboardSet{Text: w.Text}, nil }
 
 func msDuration(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
 
@@ -336,6 +350,16 @@ func (a Zoom) MarshalJSON() ([]byte, error) {
 // MarshalJSON writes the neutral JSON form.
 func (a CursorPosition) MarshalJSON() ([]byte, error) {
 	return json.Marshal(bareJSON{kindJSON{KindCursorPosition}})
+}
+
+// MarshalJSON writes the neutral JSON form.
+func (a ClipboardGet) MarshalJSON() ([]byte, error) {
+	return json.Marshal(bareJSON{kindJSON{KindClipboardGet}})
+}
+
+// MarshalJSON writes the neutral JSON form.
+func (a ClipboardSet) MarshalJSON() ([]byte, error) {
+	return json.Marshal(clipboardJSON{kindJSON{KindClipboardSet}, a.Text})
 }
 
 // DecodeActions reads a JSON array of neutral actions (or a single action

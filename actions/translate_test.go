@@ -62,7 +62,7 @@ func TestTranslateOpenAI(t *testing.T) {
 		{`{"type":"scroll","x":1,"y":1,"scroll_x":0,"scroll_y":0}`, "scroll_y"},
 		{`{"type":"drag","path":[{"x":1,"y":2}]}`, "path"},
 		{`{"type":"drag","path":[{"x":1,"y":2},{"x":1}]}`, "path[1].y"},
-		{`{"type":"type","text":"ß"}`, "text"},
+		{`{"type":"type","text":"bell\u0007"}`, "text"},
 		{`"click"`, "action"},
 	}
 	for _, c := range bad {
@@ -124,7 +124,7 @@ func TestTranslateOSWorld(t *testing.T) {
 		{`{"action_type":"HOTKEY","parameters":{"keys":[]}}`, "parameters.keys"},
 		{`{"action_type":"HOTKEY","parameters":{"keys":["ctrl","nokey"]}}`, "parameters.keys[1]"},
 		{`{"action_type":"TYPING","parameters":{}}`, "parameters.text"},
-		{`{"action_type":"TYPING","parameters":{"text":"日本"}}`, "parameters.text"},
+		{`{"action_type":"TYPING","parameters":{"text":"日本\u001b"}}`, "parameters.text"},
 		{`{"action_type":"CLICK","extra":1}`, "extra"},
 	}
 	for _, c := range bad {
@@ -152,6 +152,8 @@ func TestNeutralJSONRoundTrip(t *testing.T) {
 		Screenshot{},
 		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
 		CursorPosition{},
+		ClipboardGet{},
+		ClipboardSet{Text: "Grüße, 日本語"},
 	}
 	b, err := json.Marshal(acts)
 	if err != nil {
@@ -209,7 +211,7 @@ func TestDecodeActionsErrors(t *testing.T) {
 		{`[{"kind":"hold_key","keys":["a"]}]`, "actions[0].duration_ms", "1 to 100000"},
 		{`[{"kind":"wait","duration_ms":100001}]`, "actions[0].duration_ms", "1 to 100000"},
 		{`[{"kind":"type","text":""}]`, "actions[0].text", "non-empty"},
-		{`[{"kind":"type","text":"é"}]`, "actions[0].text", "U+00E9"},
+		{`[{"kind":"type","text":"é\u0000"}]`, "actions[0].text", "U+0000"},
 		{`[{"kind":"zoom","region":[0,0,1]}]`, "actions[0].region", "4 integers"},
 		{`[{"kind":"zoom","region":[0,0,1,1],"width":5000}]`, "actions[0].width", "1 to 4096"},
 		{`[{"kind":"drag","x":1,"y":1,"from":{"x":-1,"y":0}}]`, "actions[0].from.x", "non-negative"},
