@@ -201,25 +201,22 @@ func translateOpenAI(action []byte) ([]Action, error) {
 // openAIAction is one computer-use action, from either of the SDK's unions
 // (the preview's ResponseComputerToolCallActionUnion or the GA's
 // ComputerActionUnion, whose variants have the same fields).
+// Numbers are kept as the SDK's raw fields and read by intField, which
+// refuses what the SDK's decoder would silently truncate or zero.
 type openAIAction struct {
-	typ      string
-	button   string
-	x, y     respjson.Field
-	xv, yv   int64
-	keys     []string
-	path     []openAIPoint
-	sx, sy   int64
-	text     string
-	hasText  bool
-	hasPath  bool
-	hasKeys  bool
-	scrollOK [2]respjson.Field
+	typ     string
+	button  string
+	x, y    respjson.Field
+	keys    []string
+	path    []openAIPoint
+	scroll  [2]respjson.Field // scroll_x, scroll_y
+	text    string
+	hasText bool
+	hasPath bool
+	hasKeys bool
 }
 
-type openAIPoint struct {
-	x, y   respjson.Field
-	xv, yv int64
-}
+type openAIPoint struct{ x, y respjson.Field }
 
 // openAIActionOf converts a variant of either union (AsAny) of type typ.
 func openAIActionOf(v any, typ string) (openAIAction, error) {
@@ -227,37 +224,37 @@ func openAIActionOf(v any, typ string) (openAIAction, error) {
 	var extra map[string]respjson.Field
 	switch v := v.(type) {
 	case responses.ResponseComputerToolCallActionClick:
-		a.button, a.x, a.y, a.xv, a.yv, a.keys, extra = v.Button, v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
+		a.button, a.x, a.y, a.keys, extra = v.Button, v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
 	case responses.ComputerActionClick:
-		a.button, a.x, a.y, a.xv, a.yv, a.keys, extra = v.Button, v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
+		a.button, a.x, a.y, a.keys, extra = v.Button, v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
 	case responses.ResponseComputerToolCallActionDoubleClick:
-		a.x, a.y, a.xv, a.yv, a.keys, extra = v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
 	case responses.ComputerActionDoubleClick:
-		a.x, a.y, a.xv, a.yv, a.keys, extra = v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
 	case responses.ResponseComputerToolCallActionDrag:
 		a.keys, extra, a.hasPath = v.Keys, v.JSON.ExtraFields, v.JSON.Path.Valid()
 		for _, p := range v.Path {
-			a.path = append(a.path, openAIPoint{p.JSON.X, p.JSON.Y, p.X, p.Y})
+			a.path = append(a.path, openAIPoint{p.JSON.X, p.JSON.Y})
 		}
 	case responses.ComputerActionDrag:
 		a.keys, extra, a.hasPath = v.Keys, v.JSON.ExtraFields, v.JSON.Path.Valid()
 		for _, p := range v.Path {
-			a.path = append(a.path, openAIPoint{p.JSON.X, p.JSON.Y, p.X, p.Y})
+			a.path = append(a.path, openAIPoint{p.JSON.X, p.JSON.Y})
 		}
 	case responses.ResponseComputerToolCallActionKeypress:
 		a.keys, a.hasKeys, extra = v.Keys, v.JSON.Keys.Valid(), v.JSON.ExtraFields
 	case responses.ComputerActionKeypress:
 		a.keys, a.hasKeys, extra = v.Keys, v.JSON.Keys.Valid(), v.JSON.ExtraFields
 	case responses.ResponseComputerToolCallActionMove:
-		a.x, a.y, a.xv, a.yv, a.keys, extra = v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
 	case responses.ComputerActionMove:
-		a.x, a.y, a.xv, a.yv, a.keys, extra = v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
 	case responses.ResponseComputerToolCallActionScroll:
-		a.x, a.y, a.xv, a.yv, a.keys, extra = v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
-		a.sx, a.sy, a.scrollOK = v.ScrollX, v.ScrollY, [2]respjson.Field{v.JSON.ScrollX, v.JSON.ScrollY}
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+		a.scroll = [2]respjson.Field{v.JSON.ScrollX, v.JSON.ScrollY}
 	case responses.ComputerActionScroll:
-		a.x, a.y, a.xv, a.yv, a.keys, extra = v.JSON.X, v.JSON.Y, v.X, v.Y, v.Keys, v.JSON.ExtraFields
-		a.sx, a.sy, a.scrollOK = v.ScrollX, v.ScrollY, [2]respjson.Field{v.JSON.ScrollX, v.JSON.ScrollY}
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+		a.scroll = [2]respjson.Field{v.JSON.ScrollX, v.JSON.ScrollY}
 	case responses.ResponseComputerToolCallActionType:
 		a.text, a.hasText, extra = v.Text, v.JSON.Text.Valid(), v.JSON.ExtraFields
 	case responses.ComputerActionType:
@@ -436,12 +433,12 @@ func (a openAIAction) translate() ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		sx, err := intField("scroll_x", a.scrollOK[0], false)
-		if err != nil && a.scrollOK[0].Raw() != "" {
+		sx, err := intField("scroll_x", a.scroll[0], false)
+		if err != nil && a.scroll[0].Raw() != "" {
 			return nil, err
 		}
-		sy, err := intField("scroll_y", a.scrollOK[1], false)
-		if err != nil && a.scrollOK[1].Raw() != "" {
+		sy, err := intField("scroll_y", a.scroll[1], false)
+		if err != nil && a.scroll[1].Raw() != "" {
 			return nil, err
 		}
 		mods, err := a.heldKeys()
