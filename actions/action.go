@@ -12,6 +12,7 @@ type Kind string
 // The action kinds, one per concrete Action type.
 const (
 	KindMove           Kind = "move"
+	KindMoveBy         Kind = "move_by"
 	KindButtonDown     Kind = "button_down"
 	KindButtonUp       Kind = "button_up"
 	KindClick          Kind = "click"
@@ -32,7 +33,7 @@ const (
 
 // Kinds lists every action kind.
 var Kinds = []Kind{
-	KindMove, KindButtonDown, KindButtonUp, KindClick, KindDrag, KindScroll,
+	KindMove, KindMoveBy, KindButtonDown, KindButtonUp, KindClick, KindDrag, KindScroll,
 	KindKey, KindKeyDown, KindKeyUp, KindHoldKey, KindType, KindWait,
 	KindScreenshot, KindZoom, KindCursorPosition, KindClipboardGet, KindClipboardSet,
 }
@@ -134,6 +135,10 @@ type Action interface {
 
 // Move moves the pointer to To. Held buttons stay held (a manual drag).
 type Move struct{ To Point }
+
+// MoveBy moves the pointer by (DX, DY) screenshot pixels from where it is
+// (pyautogui's moveRel), clamped to the screen. Held buttons stay held.
+type MoveBy struct{ DX, DY int }
 
 // ButtonDown presses Button (default left) at At, or where the pointer is.
 // The button stays pressed across Run calls until a ButtonUp.
@@ -240,6 +245,7 @@ type ClipboardGet struct{}
 type ClipboardSet struct{ Text string }
 
 func (Move) Kind() Kind           { return KindMove }
+func (MoveBy) Kind() Kind         { return KindMoveBy }
 func (ButtonDown) Kind() Kind     { return KindButtonDown }
 func (ButtonUp) Kind() Kind       { return KindButtonUp }
 func (Click) Kind() Kind          { return KindClick }
@@ -258,6 +264,7 @@ func (ClipboardGet) Kind() Kind   { return KindClipboardGet }
 func (ClipboardSet) Kind() Kind   { return KindClipboardSet }
 
 func (Move) isAction()           {}
+func (MoveBy) isAction()         {}
 func (ButtonDown) isAction()     {}
 func (ButtonUp) isAction()       {}
 func (Click) isAction()          {}
@@ -286,6 +293,19 @@ func observation(a Action) bool {
 
 // Validate checks the position.
 func (a Move) Validate() error { return checkPoint("", &a.To) }
+
+// Validate checks the offset is within a screen's reach.
+func (a MoveBy) Validate() error {
+	for _, v := range []struct {
+		f string
+		v int
+	}{{"dx", a.DX}, {"dy", a.DY}} {
+		if v.v < -1e6 || v.v > 1e6 {
+			return fieldErr(v.f, ErrOutOfBounds, fmt.Sprintf("%d is off any screen", v.v))
+		}
+	}
+	return nil
+}
 
 // Validate checks the position and the button.
 func (a ButtonDown) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }

@@ -243,6 +243,10 @@ func (e *Executor) planOne(a Action) (step, error) {
 	switch a := a.(type) {
 	case Move:
 		st.at, err = native("x", &a.To)
+	case MoveBy:
+		if _, err = e.in.pos(nil); err != nil { // known before anything is sent
+			return st, fieldErr("dx", ErrPointerUnknown, err.Error())
+		}
 	case ButtonDown:
 		st.at, err = native("x", a.At)
 		err = firstErr(err, holdable(a.Button))
@@ -413,6 +417,20 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 	switch a := st.act.(type) {
 	case Move:
 		return in.pointer(ctx, *st.at, in.buttons)
+
+	case MoveBy:
+		pos, err := in.pos(nil)
+		if err != nil {
+			return err
+		}
+		// Clamped to the screen, as pyautogui clamps moveRel.
+		sx, sy := e.scaler.FromNative(pos.X, pos.Y)
+		w, h := e.scaler.ScreenshotSize()
+		nx, ny, err := e.scaler.ToNative(min(max(sx+a.DX, 0), w-1), min(max(sy+a.DY, 0), h-1))
+		if err != nil {
+			return err
+		}
+		return in.pointer(ctx, image.Point{X: nx, Y: ny}, in.buttons)
 
 	case ButtonDown, ButtonUp:
 		pos, err := in.pos(st.at)

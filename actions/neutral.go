@@ -18,6 +18,7 @@ import (
 // use is an error) and encoding alike.
 //
 //	{"kind":"move","x":10,"y":20}
+//	{"kind":"move_by","dx":-5,"dy":20}                       (from where the pointer is)
 //	{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]}
 //	{"kind":"button_down","button":"left"}                  (x, y optional)
 //	{"kind":"button_up","button":"left","x":30,"y":40}
@@ -52,6 +53,7 @@ type wireForm interface {
 // wireForms makes an empty wire struct per kind.
 var wireForms = map[Kind]func() wireForm{
 	KindMove:           func() wireForm { return new(moveJSON) },
+	KindMoveBy:         func() wireForm { return new(moveByJSON) },
 	KindButtonDown:     func() wireForm { return new(buttonJSON) },
 	KindButtonUp:       func() wireForm { return new(buttonJSON) },
 	KindClick:          func() wireForm { return new(clickJSON) },
@@ -116,6 +118,14 @@ func (w *moveJSON) action() (Action, error) {
 	}
 	return Move{To: *p}, nil
 }
+
+type moveByJSON struct {
+	kindJSON
+	DX int `json:"dx"`
+	DY int `json:"dy"`
+}
+
+func (w *moveByJSON) action() (Action, error) { return MoveBy{DX: w.DX, DY: w.DY}, nil }
 
 type buttonJSON struct {
 	kindJSON
@@ -280,6 +290,11 @@ func msDuration(ms int) time.Duration { return time.Duration(ms) * time.Millisec
 // MarshalJSON writes the neutral JSON form.
 func (a Move) MarshalJSON() ([]byte, error) {
 	return json.Marshal(moveJSON{kindJSON{KindMove}, xyOf(&a.To)})
+}
+
+// MarshalJSON writes the neutral JSON form.
+func (a MoveBy) MarshalJSON() ([]byte, error) {
+	return json.Marshal(moveByJSON{kindJSON{KindMoveBy}, a.DX, a.DY})
 }
 
 // MarshalJSON writes the neutral JSON form.

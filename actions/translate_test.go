@@ -152,6 +152,7 @@ func TestTranslateOSWorld(t *testing.T) {
 func TestNeutralJSONRoundTrip(t *testing.T) {
 	acts := []Action{
 		Move{To: Point{10, 20}},
+		MoveBy{DX: -5, DY: 20},
 		ButtonDown{Button: ButtonLeft},
 		ButtonUp{Button: ButtonLeft, At: pt(30, 40)},
 		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("ctrl")},
