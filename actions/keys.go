@@ -423,8 +423,8 @@ func ParseChord(spec string) ([]Key, error) {
 //
 // Characters outside US ASCII are refused rather than sent as bare Unicode
 // keysyms: QEMU maps a keysym without a scancode through its keymap and drops
-// keysyms the keymap lacks, so such text would silently go missing. Put
-// non-ASCII text into the guest through its clipboard or the guest agent.
+// keysyms the keymap lacks, so such text would silently go missing. The
+// executor types non-ASCII text through its GuestInput instead.
 func KeyForRune(r rune) (Key, error) {
 	switch {
 	case r >= 0x20 && r < 0x7f:
