@@ -3,6 +3,7 @@ package actions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -58,6 +59,9 @@ type Call struct {
 	// fields names, per action, the agent's field for an executor field
 	// ("x" -> "coordinate"); nil entries keep the neutral name.
 	fields []func(field string) string
+	// labels name, per action, the agent's action for a StepError; ""
+	// keeps "actions[i] (kind)".
+	labels []string
 }
 
 // Decode turns an agent's call into a Call: the one entry for every
@@ -84,16 +88,18 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 	case string(Computer20241022), string(Computer20250124), string(Computer20251124):
 		c.Actions, err = TranslateClaude(ClaudeVersion(tool), input)
 		c.fieldsAll(claudeAgentField)
+		c.labelAll(tool + " " + claudeActionName(input))
 	case string(ComputerToolset20260801):
 		c.Toolset, err = DecodeToolset(input)
 	case ToolOpenAIPreview, ToolOpenAI:
 		var oc *OpenAICall
 		if oc, err = TranslateOpenAICall(input); err == nil {
-			c.Actions, c.OpenAI, c.fields = oc.Actions, oc.Item, oc.fields
+			c.Actions, c.OpenAI, c.fields, c.labels = oc.Actions, oc.Item, oc.fields, oc.labels
 		}
 	case ToolOSWorld:
 		c.Actions, c.Terminal, err = TranslateOSWorld(input)
 		c.fieldsAll(osworldAgentField)
+		c.labelAll(ToolOSWorld + " " + osworldActionName(input))
 	case ToolPyautogui:
 		var code string
 		if code, err = pyautoguiCode(input); err == nil {
@@ -119,12 +125,46 @@ func (c *Call) fieldsAll(f func(a Action, field string) string) {
 	}
 }
 
+// labelAll labels every action's StepError with label.
+func (c *Call) labelAll(label string) {
+	c.labels = make([]string, len(c.Actions))
+	for i := range c.labels {
+		c.labels[i] = strings.TrimSpace(label)
+	}
+}
+
+// claudeActionName reads the action of a Claude tool input, for labels.
+func claudeActionName(input []byte) string {
+	var in struct{ Action string }
+	_ = json.Unmarshal(input, &in)
+	return in.Action
+}
+
+// osworldActionName reads the action_type of a computer_13 action.
+func osworldActionName(input []byte) string {
+	var in struct {
+		ActionType string `json:"action_type"`
+	}
+	_ = json.Unmarshal(input, &in)
+	return in.ActionType
+}
+
 var actionFieldRE = regexp.MustCompile(`^actions\[(\d+)\](?:\.(.*))?$`)
 
-// AgentError renames the field of an error from running c.Actions
-// ("actions[0].x") to the agent's own ("coordinate", "action.x",
-// "actions[2].path[1]"); other errors are returned unchanged.
+// AgentError puts an error from running c.Actions in the agent's terms: a
+// refused field ("actions[0].x") gets the agent's own name ("coordinate",
+// "action.x", "actions[2].path[1]"), and a failure while playing names the
+// agent's action ("actions[1] (drag): ..." rather than the executor's
+// index). Other errors are returned unchanged.
 func (c *Call) AgentError(err error) error {
+	if se, ok := errors.AsType[*StepError](err); ok {
+		if se.Index < len(c.labels) && c.labels[se.Index] != "" {
+			cp := *se
+			cp.Label = c.labels[se.Index]
+			return &cp
+		}
+		return err
+	}
 	m := actionFieldRE.FindStringSubmatch(fielderr.Field(err))
 	if m == nil {
 		return err

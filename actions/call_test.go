@@ -407,3 +407,23 @@ func TestDecodeDispatch(t *testing.T) {
 		t.Errorf("osworld hscroll: %v", err)
 	}
 }
+
+// TestPlayFailuresNameAgentActions: a failure while playing names the
+// agent's action, not the executor's index.
+func TestPlayFailuresNameAgentActions(t *testing.T) {
+	f := newFake(320, 200)
+	e := newTestExecutor(t, f, ScreenshotSize{})
+	item := `{"type":"computer_call","call_id":"c","actions":[
+		{"type":"move","x":1,"y":1,"keys":["SHIFT"]},
+		{"type":"click","x":2,"y":2,"button":"left"}]}`
+	f.failAt = 5 // shift down, move, shift up, then the click's move and press
+	_, err := decodeRun(t, e, ToolOpenAI, item, ReplyOptions{})
+	if !errors.Is(err, ErrDisplay) || !strings.HasPrefix(err.Error(), "actions[1] (click): ") {
+		t.Errorf("openai: %v", err)
+	}
+	f.failAt, f.n = 1, 0
+	_, err = decodeRun(t, e, string(Computer20251124), `{"action":"left_click","coordinate":[3,3]}`, ReplyOptions{})
+	if !errors.Is(err, ErrDisplay) || !strings.HasPrefix(err.Error(), "computer_20251124 left_click: ") {
+		t.Errorf("claude: %v", err)
+	}
+}

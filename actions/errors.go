@@ -2,6 +2,7 @@ package actions
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
@@ -82,3 +83,29 @@ func oneOfErr(field string, kind error, accepted []string, msg string) *FieldErr
 	fe.Accepted = accepted
 	return fe
 }
+
+// StepError is a failure while playing one action of a Run (a display or
+// guest error, a cancellation), as opposed to a refusal before anything was
+// sent (*FieldError). Call.AgentError relabels it in the agent's terms.
+type StepError struct {
+	// Index is the action's place in the Run's list.
+	Index int
+	// Kind is the action's kind.
+	Kind Kind
+	// Label, when set, names the action in the agent's vocabulary
+	// ("actions[2] (drag)", "computer_20251124 left_click") instead.
+	Label string
+	// Err is what failed.
+	Err error
+}
+
+// Error returns "actions[i] (kind): err", or "label: err".
+func (e *StepError) Error() string {
+	if e.Label != "" {
+		return e.Label + ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("actions[%d] (%s): %v", e.Index, e.Kind, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *StepError) Unwrap() error { return e.Err }

@@ -342,7 +342,7 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 		kind := st.act.Kind()
 		if err := ctx.Err(); err != nil {
 			*inputFailed = true // cancelled between steps: the agent's plan is cut short
-			return fmt.Errorf("actions[%d] (%s): %w", i, kind, err)
+			return &StepError{Index: i, Kind: kind, Err: err}
 		}
 		var err error
 		switch a := st.act.(type) {
@@ -379,7 +379,7 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("actions[%d] (%s): %w", i, kind, err)
+			return &StepError{Index: i, Kind: kind, Err: err}
 		}
 		res.Executed = i + 1
 	}

@@ -61,6 +61,7 @@ type OpenAICall struct {
 	Actions []Action
 
 	fields []func(string) string
+	labels []string
 }
 
 // TranslateOpenAICall decodes a Responses-API computer_call item, as the
@@ -147,6 +148,7 @@ func (oc *OpenAICall) add(prefix string, a openAIAction) error {
 	}
 	for _, n := range acts {
 		oc.fields = append(oc.fields, func(f string) string { return prefix + a.agentField(n, f) })
+		oc.labels = append(oc.labels, fmt.Sprintf("%s (%s)", strings.TrimSuffix(prefix, "."), a.typ))
 	}
 	oc.Actions = append(oc.Actions, acts...)
 	return nil

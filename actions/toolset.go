@@ -87,6 +87,7 @@ func runToolsetBlock(ctx context.Context, r Runner, b anthropic.ToolUseBlock, op
 	}
 	c := &Call{Tool: string(ComputerToolset20260801), Actions: acts}
 	c.fieldsAll(toolsetAgentField)
+	c.labelAll(b.Name)
 	res, err := r.Run(ctx, acts, opts)
 	if err != nil {
 		return res, c.AgentError(err)
