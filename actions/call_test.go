@@ -396,6 +396,12 @@ func TestDecodeDispatch(t *testing.T) {
 	if _, err := Decode(string(ComputerToolset20260801), json.RawMessage(`[{"type":"tool_use","name":"key"}]`)); fieldOf(err) != "input[0].id" {
 		t.Errorf("toolset block without id: %v", err)
 	}
+	// The assistant message's content can be passed whole.
+	call, err = Decode(string(ComputerToolset20260801), json.RawMessage(`[{"type":"text","text":"Clicking."},
+		{"type":"tool_use","id":"t1","name":"screenshot","toolset_name":"computer","input":{}}]`))
+	if err != nil || len(call.Toolset) != 1 || call.Toolset[0].ID != "t1" {
+		t.Errorf("content with a text block: %v", err)
+	}
 	if _, err := Decode("gemini", json.RawMessage(`{}`)); fieldOf(err) != "tool" {
 		t.Errorf("unknown tool: %v", err)
 	}

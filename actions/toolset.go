@@ -19,8 +19,10 @@ const ToolsetNotExecuted = "Not executed: an earlier computer action in this tur
 
 // DecodeToolset reads a toolset turn's tool_use blocks (anthropic-sdk-go's
 // ToolUseBlock, as the Messages API returns them): a JSON array of blocks,
-// or one block object. Blocks are checked when they run, so that a bad block
-// is answered in its own tool_result.
+// or one block object. Other content blocks of the assistant message (text,
+// thinking) are skipped, so the message's content can be passed whole.
+// Blocks are checked when they run, so that a bad block is answered in its
+// own tool_result.
 func DecodeToolset(data []byte) ([]anthropic.ToolUseBlock, error) {
 	data = bytes.TrimSpace(data)
 	if len(data) > 0 && data[0] == '{' {
@@ -34,14 +36,22 @@ func DecodeToolset(data []byte) ([]anthropic.ToolUseBlock, error) {
 	if err := checkCount(len(raws)); err != nil {
 		return nil, renamed(err, "input")
 	}
-	blocks := make([]anthropic.ToolUseBlock, len(raws))
+	var blocks []anthropic.ToolUseBlock
 	for i, raw := range raws {
-		if err := json.Unmarshal(raw, &blocks[i]); err != nil {
+		var b anthropic.ToolUseBlock
+		if err := json.Unmarshal(raw, &b); err != nil {
 			return nil, fieldErr(fmt.Sprintf("input[%d]", i), nil, "not a tool_use block: "+err.Error())
 		}
-		if blocks[i].ID == "" {
+		if t := b.JSON.Type.Raw(); t != "" && t != `"tool_use"` {
+			continue
+		}
+		if b.ID == "" {
 			return nil, fieldErr(fmt.Sprintf("input[%d].id", i), nil, "required: the tool_result answers it")
 		}
+		blocks = append(blocks, b)
+	}
+	if len(blocks) == 0 {
+		return nil, fieldErr("input", nil, "holds no tool_use block")
 	}
 	return blocks, nil
 }
