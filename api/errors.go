@@ -81,6 +81,12 @@ const (
 	CodeDisplayError      = "display_error"      // the VNC display failed
 	CodeNoDisplay         = "no_display"         // the server has no display backend
 	CodeHumanControl      = "human_control"      // a person holds control of the VM
+
+	// Who may call: the guards against other web pages and viewers (issue 9).
+	CodeMisdirectedRequest   = "misdirected_request"    // the Host header names no name this farm answers to
+	CodeCrossSite            = "cross_site"             // a browser request from a page of another origin
+	CodeUnsupportedMediaType = "unsupported_media_type" // a body of a type the route does not take
+	CodeViewerToken          = "viewer_token"           // a viewer's token, where the control token is needed
 )
 
 // StatusClientClosed is nginx's status for a request whose client went
@@ -123,6 +129,11 @@ var statuses = map[string]int{
 	CodeDisplayError:      http.StatusBadGateway,
 	CodeNoDisplay:         http.StatusNotImplemented,
 	CodeHumanControl:      http.StatusConflict,
+
+	CodeMisdirectedRequest:   http.StatusMisdirectedRequest,
+	CodeCrossSite:            http.StatusForbidden,
+	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
+	CodeViewerToken:          http.StatusForbidden,
 }
 
 // Status returns the HTTP status the server sends with code, and 500 for
