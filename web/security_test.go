@@ -398,6 +398,9 @@ func TestSecurityHeaders(t *testing.T) {
 		if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'self'") {
 			t.Errorf("%v: Content-Security-Policy %q lacks frame-ancestors 'self'", rq, csp)
 		}
+		if h.Get("Cross-Origin-Resource-Policy") != "same-origin" {
+			t.Errorf("%v: Cross-Origin-Resource-Policy %q", rq, h.Get("Cross-Origin-Resource-Policy"))
+		}
 		if h.Get("Referrer-Policy") != "no-referrer" {
 			t.Errorf("%v: Referrer-Policy %q", rq, h.Get("Referrer-Policy"))
 		}
