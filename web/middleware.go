@@ -105,6 +105,9 @@ type access struct {
 	// as ?token= (then the guard remembers it in a cookie).
 	token     string
 	fromQuery bool
+	// staleCookie: the cookie held a token that is not (or no longer) one
+	// of the server's; the guard expires it.
+	staleCookie bool
 }
 
 // authenticate decides who a request is: a client in a trusted network
@@ -133,16 +136,27 @@ func (s *server) authenticate(r *http.Request) (access, error) {
 	a := access{token: got, fromQuery: source == tokenParam}
 	gotSum := sha256.Sum256([]byte(got))
 	switch {
-	case s.token == "" && s.viewerToken == "":
-		return access{}, unauthorized("the request carries an API token but this server has none: unset DESKFARM_TOKEN or start the server with --token")
 	case s.token != "" && tokenEqual(gotSum, s.token):
 		a.role = roleControl
+		return a, nil
 	case s.viewerToken != "" && tokenEqual(gotSum, s.viewerToken):
 		a.role = roleViewer
-	default:
-		return access{}, unauthorized(fmt.Sprintf("wrong API token (from the %s)", sourceName(source)))
+		return a, nil
 	}
-	return a, nil
+	if source != sourceHeader && source != tokenParam {
+		// A cookie from before the tokens changed, or one that a page on
+		// another port of this host set (cookies ignore ports): it goes,
+		// and the request is judged as if it had none.
+		if s.trustedAddr(r.RemoteAddr) {
+			return access{role: roleControl, staleCookie: true}, nil
+		}
+		return access{staleCookie: true}, unauthorized("the token in cookie " + source +
+			" is not this server's (it has been removed): open the page once with ?token=TOKEN")
+	}
+	if s.token == "" && s.viewerToken == "" {
+		return access{}, unauthorized("the request carries an API token but this server has none: unset DESKFARM_TOKEN or start the server with --token")
+	}
+	return access{}, unauthorized(fmt.Sprintf("wrong API token (from the %s)", sourceName(source)))
 }
 
 // tokenEqual compares a presented token's digest with want's in constant
@@ -191,13 +205,10 @@ func bearerToken(r *http.Request) (token, source string, err error) {
 }
 
 func sourceName(source string) string {
-	switch source {
-	case sourceHeader:
+	if source == sourceHeader {
 		return "Authorization header"
-	case tokenParam:
-		return "?token= parameter"
 	}
-	return "cookie " + source
+	return "?token= parameter"
 }
 
 // trustedAddr reports whether a RemoteAddr is in a trusted network.

@@ -80,6 +80,10 @@ func (s *server) guard(mux *http.ServeMux) http.Handler {
 		if info := infoFrom(r); info != nil {
 			info.auth = a.role.String()
 		}
+		if a.staleCookie {
+			http.SetCookie(w, &http.Cookie{Name: cookieName(r), Path: "/", MaxAge: -1,
+				HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		}
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="deskfarm"`)
 			writeError(w, r, err)

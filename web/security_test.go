@@ -377,6 +377,19 @@ func TestTokenCookie(t *testing.T) {
 	// Another farm's cookie (another port) is not this farm's.
 	resp, body = f.send(t, "GET", "/v1/vms", "", "Cookie", "deskfarm_token_1=ctl-secret; deskfarm_token=ctl-secret")
 	refused(t, "another port's cookie", resp, body, http.StatusUnauthorized, api.CodeUnauthorized)
+	// A cookie with a token that is not the server's (rotated, or set by a
+	// page on another port: cookies ignore ports) is expired.
+	resp, body = f.send(t, "GET", "/v1/vms", "", "Cookie", name+"=rotated")
+	refused(t, "stale cookie", resp, body, http.StatusUnauthorized, api.CodeUnauthorized, "?token=")
+	if c := cookie(resp); c == nil || c.Name != name || c.MaxAge >= 0 {
+		t.Errorf("stale cookie not expired: %+v", c)
+	}
+	// From a trusted address it does not lock the user out.
+	f = newSecFarm(t, Options{Token: "ctl-secret"})
+	resp, body = f.send(t, "POST", "/v1/vms/vm1/reset", "", "Cookie", "deskfarm_token_"+f.port()+"=planted")
+	if resp.StatusCode != http.StatusOK || cookie(resp) == nil || cookie(resp).MaxAge >= 0 {
+		t.Errorf("stale cookie from loopback: %d %s, cookie %+v", resp.StatusCode, body, cookie(resp))
+	}
 }
 
 // Every answer forbids sniffing and framing by other origins, including
