@@ -154,7 +154,7 @@ finds them again.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&cfg.Listen, "listen", defaultListen, "host:port to serve the API on; beyond loopback, clients need a token")
-	fs.StringVar(&cfg.StateDir, "state-dir", defaultStateDir, "dir for VM overlays, sockets and logs")
+	fs.StringVar(&cfg.StateDir, "state-dir", defaultStateDir, "dir for VM overlays, sockets, logs and the token files")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", defaultCacheDir, "dir of built guest images")
 	fs.StringVar(&cfg.Accel, "accel", defaultAccel, "accelerator: auto, kvm or tcg")
 	fs.StringVar(&cfg.LibvirtSocket, "libvirt-socket", defaultLibvirtSocket, "libvirtd's unix socket")
