@@ -53,6 +53,12 @@ type Options struct {
 	// TrustedNets are client networks whose requests need no token. Nil
 	// means DefaultTrustedNets; an empty non-nil slice trusts no address.
 	TrustedNets []netip.Prefix
+	// ViewerToken is a token that can watch but not act (see security.go);
+	// empty means there is none.
+	ViewerToken string
+	// AllowedHosts are the Host names, besides loopback ones, that reach the
+	// farm: "NAME" on any port, "NAME:PORT" on that port only.
+	AllowedHosts []string
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Desks gives the live displays for actions, screenshots, viewers and
@@ -86,6 +92,10 @@ type server struct {
 	pools    *pool.Manager
 	registry *prometheus.Registry
 	met      *webMetrics
+
+	// viewerToken and hosts are the access settings (security.go).
+	viewerToken string
+	hosts       []hostRule
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -102,7 +112,8 @@ type route struct {
 // It sets no timeouts: creating a VM takes as long as a boot and exec up to
 // MaxExecTimeout, and both stop when the client goes away.
 func NewServer(farm vmm.Farm, opts Options) http.Handler {
-	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks}
+	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
+		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -175,7 +186,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		return &httpError{status: http.StatusNotFound, code: api.CodeNotFound,
 			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
 	}))
-	return s.logRequests(s.authenticate(mux))
+	return s.logRequests(s.guard(mux))
 }
 
 // wrap turns an apiHandler into an http.Handler that sends its error.
