@@ -21,21 +21,22 @@ does).
 Covered: the mouse (moveTo, moveRel/move, dragTo, dragRel/drag, click,
 leftClick, doubleClick, tripleClick, rightClick, middleClick, mouseDown,
 mouseUp, scroll, vscroll, hscroll, with duration and tweens), the keyboard
-(typewrite/write, press, hotkey, keyDown, keyUp, hold), position, size,
+(typewrite/write, press, hotkey, keyDown, keyUp, hold; unknown key names
+are ignored, as PyAutoGUI does, with a note on stderr), position, size,
 onScreen, screenshot, pixel, pixelMatchesColor, sleep, FAILSAFE, PAUSE,
 KEYBOARD_KEYS/KEY_NAMES and the tween functions (pytweening's names).
 
 Not implemented (each raises NotImplementedError): image location
 (locateOnScreen and friends, and x/y given as an image file name), message
 boxes (alert, confirm, prompt, password), and the PyAutoGUI logging of
-screenshots (logScreenshot is accepted and ignored). Keys PyAutoGUI knows
-but this X server has no keysym for raise PyAutoGUIException.
+screenshots (logScreenshot is accepted and ignored), multiple monitors
+(allScreens), and "fn", which has no X keysym.
 """
 
 import collections
 import contextlib
 import math
-import os
+import sys
 import threading
 import time
 
@@ -69,6 +70,10 @@ class PyAutoGUIException(Exception):
 
 class FailSafeException(PyAutoGUIException):
     """Raised when FAILSAFE is on and the pointer is in a FAILSAFE_POINTS corner."""
+
+
+class _UnknownKey(PyAutoGUIException):
+    """A key name that is not one of PyAutoGUI's, or that X cannot name."""
 
 
 class ImageNotFoundException(PyAutoGUIException):
@@ -494,10 +499,10 @@ def _keysym(key):
         name = _KEY_ALIASES.get(name, name)
         xname = _KEYSYM_NAMES.get(name)
         if xname is None:
-            raise PyAutoGUIException("unknown key name %r" % key)
+            raise _UnknownKey("unknown key name %r" % key)
         ks = XK.string_to_keysym(xname)
         if not ks:
-            raise PyAutoGUIException("the X server has no keysym %s for key %r" % (xname, key))
+            raise _UnknownKey("X has no keysym %s for key %r" % (xname, key))
         return ks
     if key in _KEYSYM_NAMES:
         return XK.string_to_keysym(_KEYSYM_NAMES[key])
@@ -508,8 +513,15 @@ def _keysym(key):
 
 
 def _key_event(km, key, down):
-    """Presses or releases key; for a second-level keysym, Shift around a press."""
-    ks = _keysym(key)
+    """Presses or releases key; for a second-level keysym, Shift around a
+    press. Like PyAutoGUI, an unknown key name does nothing (agents send
+    names such as "ctrl+c"); unlike it, this says so on stderr."""
+    try:
+        ks = _keysym(key)
+    except _UnknownKey as e:
+        if down:
+            sys.stderr.write("pyautogui: ignoring key %r: %s\n" % (key, e))
+        return
     where = km.find(ks)
     if where is None:
         where = (km.bind(ks), 0)
