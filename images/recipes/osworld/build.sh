@@ -66,7 +66,7 @@ packages=(
 	libreoffice-calc libreoffice-writer libreoffice-impress libreoffice-gtk3
 	libreoffice-style-colibre fonts-liberation2 fonts-crosextra-carlito
 	fonts-crosextra-caladea
-	gimp vlc thunderbird
+	gimp vlc vlc-data thunderbird
 	gnome-terminal xterm nautilus
 	dconf-gsettings-backend dconf-service libglib2.0-bin
 	# tools the tasks call
@@ -281,7 +281,7 @@ check "${as_user[@]}" libreoffice --version
 check "${as_user[@]}" gimp --version
 check "${as_user[@]}" thunderbird --version
 check sh -c 'command -v wmctrl xdotool socat xterm gnome-terminal nautilus sudo'
-check ls /usr/lib/x86_64-linux-gnu/vlc/lua/http/requests/status.xml
+check ls /usr/lib/x86_64-linux-gnu/vlc/lua/intf/http.luac /usr/share/vlc/lua/http/requests/status.xml
 check sh -c 'echo password | runuser -u user -- sudo -S -k true'
 
 step 5 "clean up the root file system"
