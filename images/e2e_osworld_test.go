@@ -117,6 +117,12 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 90*tim
 	must("setsid -f libreoffice --calc >/dev/null 2>&1 </dev/null")
 	waitFor("LibreOffice Calc window", "wmctrl -l", "LibreOffice Calc", 120*time.Second)
 
+	// Chromium and VLC (Qt) publish their trees too: accessibility is on
+	// for the whole session, not only for GTK.
+	apps := `python -c "import pyatspi; print(sorted(a.name for a in pyatspi.Registry.getDesktop(0)))"`
+	waitFor("Chromium in the AT-SPI tree", apps, "'Chromium'", 30*time.Second)
+	waitFor("VLC in the AT-SPI tree", apps, "'vlc'", 30*time.Second)
+
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}

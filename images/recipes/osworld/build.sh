@@ -283,6 +283,7 @@ check "${as_user[@]}" thunderbird --version
 check sh -c 'command -v wmctrl xdotool socat xterm gnome-terminal nautilus sudo'
 check ls /usr/lib/x86_64-linux-gnu/vlc/lua/intf/http.luac /usr/share/vlc/lua/http/requests/status.xml
 check sh -c 'echo password | runuser -u user -- sudo -S -k true'
+rm -rf "$root/home/user/.sudo_as_admin_successful" "$root/tmp/check-home"
 
 step 5 "clean up the root file system"
 for d in "${pruned_modules[@]}"; do

@@ -10,7 +10,8 @@ that agents and OSWorld's task configs use, on X11 through python3-xlib:
   the window manager and every toolkit see ordinary events;
 * the pointer position and screen size come from core X requests;
 * screenshots are read from the root window (no cursor, like PyAutoGUI's
-  scrot backend) and returned as PIL images.
+  scrot backend) and returned as PIL images;
+* the display is $DISPLAY, or :0 (the session's) when it is unset.
 
 Text types exactly, whatever the keyboard layout: a character whose keysym
 is on the keymap is typed with its keycode (plus Shift for the second
@@ -36,6 +37,7 @@ screenshots (logScreenshot is accepted and ignored), multiple monitors
 import collections
 import contextlib
 import math
+import os
 import sys
 import threading
 import time
@@ -151,7 +153,9 @@ def _x():
         if _conn is None:
             from Xlib import display as xdisplay
 
-            d = xdisplay.Display()  # DISPLAY from the environment
+            # The session's display when DISPLAY is unset (OSWorld's own
+            # server runs with DISPLAY=:0).
+            d = xdisplay.Display(os.environ.get("DISPLAY") or ":0")
             if not d.query_extension("XTEST").present:
                 d.close()
                 raise PyAutoGUIException("the X server has no XTEST extension")
