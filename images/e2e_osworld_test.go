@@ -24,6 +24,8 @@ func inSession(cmd string) []string {
 // types exactly into gnome-terminal; sudo -S takes "password"; the apps
 // start and answer where OSWorld's getters look (Chromium's CDP through
 // the google-chrome command, VLC's HTTP interface); AT-SPI sees the apps.
+// Under TCG on a loaded 2-core host Chromium and LibreOffice take 1-2
+// minutes to start, hence the long limits.
 func TestE2EOSWorldImage(t *testing.T) {
 	m := testenv.Manager(t, "osworld")
 	ctx := context.Background()
@@ -97,11 +99,11 @@ func TestE2EOSWorldImage(t *testing.T) {
 	if got := strings.TrimSpace(must("cat /tmp/typed.txt")); got != text {
 		t.Fatalf("gnome-terminal got %q, typed %q", got, text)
 	}
-	waitFor("AT-SPI tree", `python -c "import pyatspi; print([a.name for a in pyatspi.Registry.getDesktop(0)])"`, "gnome-terminal-server", 30*time.Second)
+	waitFor("AT-SPI tree", `python -c "import pyatspi; print([a.name for a in pyatspi.Registry.getDesktop(0)])"`, "gnome-terminal-server", 120*time.Second)
 
 	// Chromium as OSWorld starts Chrome, with CDP.
 	must("setsid -f google-chrome --remote-debugging-port=1337 >/dev/null 2>&1 </dev/null")
-	waitFor("Chromium CDP", `python -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:1337/json/version', timeout=5).read().decode())"`, `"Browser"`, 120*time.Second)
+	waitFor("Chromium CDP", `python -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:1337/json/version', timeout=5).read().decode())"`, `"Browser"`, 300*time.Second)
 	if out := must("ls /home/user/.config/google-chrome"); !strings.Contains(out, "Default") {
 		t.Fatalf("Chromium's profile is not where OSWorld's getters read it: %s", out)
 	}
@@ -111,17 +113,17 @@ func TestE2EOSWorldImage(t *testing.T) {
 	waitFor("VLC status.xml", `python -c "
 import base64, urllib.request
 r = urllib.request.Request('http://127.0.0.1:8080/requests/status.xml', headers={'Authorization': 'Basic ' + base64.b64encode(b':password').decode()})
-print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 90*time.Second)
+print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*time.Second)
 
 	// LibreOffice Calc opens a window.
 	must("setsid -f libreoffice --calc >/dev/null 2>&1 </dev/null")
-	waitFor("LibreOffice Calc window", "wmctrl -l", "LibreOffice Calc", 120*time.Second)
+	waitFor("LibreOffice Calc window", "wmctrl -l", "LibreOffice Calc", 300*time.Second)
 
 	// Chromium and VLC (Qt) publish their trees too: accessibility is on
 	// for the whole session, not only for GTK.
 	apps := `python -c "import pyatspi; print(sorted(a.name for a in pyatspi.Registry.getDesktop(0)))"`
-	waitFor("Chromium in the AT-SPI tree", apps, "'Chromium'", 30*time.Second)
-	waitFor("VLC in the AT-SPI tree", apps, "'vlc'", 30*time.Second)
+	waitFor("Chromium in the AT-SPI tree", apps, "'Chromium'", 120*time.Second)
+	waitFor("VLC in the AT-SPI tree", apps, "'vlc'", 120*time.Second)
 
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
