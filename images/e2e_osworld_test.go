@@ -36,19 +36,15 @@ func TestE2EOSWorldImage(t *testing.T) {
 	}
 	t.Logf("osworld ready in %s (boot %.1fs, accel %s)", time.Since(start).Round(time.Millisecond), vm.BootSeconds, vm.Accel)
 
-	run := func(cmd string, timeout time.Duration) (string, int) {
-		t.Helper()
+	run := func(cmd string, timeout time.Duration) (string, int, error) {
 		res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: inSession(cmd), Timeout: timeout})
-		if err != nil {
-			t.Fatalf("exec %q: %v", cmd, err)
-		}
-		return string(res.Stdout) + string(res.Stderr), res.ExitCode
+		return string(res.Stdout) + string(res.Stderr), res.ExitCode, err
 	}
 	must := func(cmd string) string {
 		t.Helper()
-		out, code := run(cmd, 60*time.Second)
-		if code != 0 {
-			t.Fatalf("%q exited %d: %s", cmd, code, out)
+		out, code, err := run(cmd, 60*time.Second)
+		if err != nil || code != 0 {
+			t.Fatalf("%q: exit %d, %v: %s", cmd, code, err, out)
 		}
 		return out
 	}
@@ -57,7 +53,11 @@ func TestE2EOSWorldImage(t *testing.T) {
 		t.Helper()
 		began := time.Now()
 		for {
-			out, _ := run(cmd, 30*time.Second)
+			// A slow guest may time a poll out; only the limit fails.
+			out, _, err := run(cmd, 60*time.Second)
+			if err != nil {
+				out = err.Error()
+			}
 			if strings.Contains(out, want) {
 				t.Logf("%s after %s", what, time.Since(began).Round(100*time.Millisecond))
 				return
