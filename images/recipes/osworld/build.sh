@@ -14,13 +14,11 @@
 # The screen is 1920x1080 unless deskfarm.screen=WxH says otherwise. The
 # user's password is "password" (OSWorld's client password) for sudo -S.
 #
-# Most files here are copies of the desktop recipe's (an image's hash covers
-# only its own recipe directory): 99-deskfarm.rules autologin.conf
-# bash_profile deskfarm-autostart deskfarm-guestd deskfarm-guestd.service
-# deskfarm-screen dpkg-nodoc initramfs-* journald.conf modprobe-blacklist.conf
-# pcmanfm.conf desktop-items-0.conf systemd.conf xinitrc xorg.conf are
-# identical but for comments; deskfarm-session, rc.xml, menu.xml, panel,
-# lxpanel.conf and libfm.conf differ (terminal, apps, accessibility, size).
+# Files shared with the desktop recipe are byte-identical copies (an
+# image's hash covers only its own recipe directory; images.
+# TestOSWorldCopiesMatchDesktop keeps them in step). deskfarm-session,
+# rc.xml, menu.xml, panel, lxpanel.conf and libfm.conf are the desktop's,
+# changed for the terminal, the apps, accessibility and the screen size.
 #
 # It writes into OUTDIR:
 #   disk.qcow2  whole-disk ext4 (no partition table, root=/dev/vda), 10 GiB virtual
