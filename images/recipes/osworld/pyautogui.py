@@ -137,9 +137,6 @@ _KEYSYM_NAMES = {
 _KEYSYM_NAMES.update({"f%d" % i: "F%d" % i for i in range(1, 25)})
 _KEYSYM_NAMES.update({"num%d" % i: "KP_%d" % i for i in range(10)})
 
-# PyAutoGUI accepts key names in any case ("Enter", "CTRL").
-_KEY_ALIASES = {"control": "ctrl", "cmd": "command", "super": "win", "pagedn": "pagedown"}
-
 # --- the X connection -----------------------------------------------------
 
 _lock = threading.RLock()
@@ -185,6 +182,7 @@ _KEY_PRESS, _KEY_RELEASE, _BUTTON_PRESS, _BUTTON_RELEASE, _MOTION = 2, 3, 4, 5, 
 
 
 def sleep(seconds):
+    """time.sleep, which PyAutoGUI also exports."""
     time.sleep(seconds)
 
 
@@ -207,7 +205,7 @@ def _int(v):
     return int(v)
 
 
-def _point(x, y, relative_to=None):
+def _point(x, y):
     """Normalises PyAutoGUI's coordinate arguments: x may be an (x, y)
     sequence; None keeps the current coordinate."""
     if isinstance(x, str):
@@ -216,7 +214,7 @@ def _point(x, y, relative_to=None):
         if len(x) != 2:
             raise PyAutoGUIException("a point must have two coordinates, got %r" % (x,))
         x, y = x
-    cur = relative_to if relative_to is not None else position()
+    cur = position()
     return Point(cur.x if x is None else _int(x), cur.y if y is None else _int(y))
 
 
@@ -499,9 +497,8 @@ def _keysym(key):
     for group in ("xf86", "korean", "katakana"):  # media keys, Hangul, Kana names
         XK.load_keysym_group(group)
     if len(key) > 1:
-        name = key.lower()
-        name = _KEY_ALIASES.get(name, name)
-        xname = _KEYSYM_NAMES.get(name)
+        # PyAutoGUI takes names in any case ("Enter", "CTRL").
+        xname = _KEYSYM_NAMES.get(key.lower())
         if xname is None:
             raise _UnknownKey("unknown key name %r" % key)
         ks = XK.string_to_keysym(xname)
