@@ -279,7 +279,7 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		}
 		return struct{}{}, h.s.hscroll(ctx, o.button, o.count)
 	case seqOp:
-		var last any
+		var last any = struct{}{} // a scroll of 0, 0 does nothing
 		for _, x := range o {
 			var err error
 			if last, err = h.do(ctx, x); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -666,13 +667,15 @@ func guestPath(command string, p *string, home string) (string, error) {
 	case strings.ContainsRune(s, 0):
 		return "", fmt.Errorf("%s: path contains a NUL byte", command)
 	case s == "~":
-		return home, nil
+		s = home
 	case strings.HasPrefix(s, "~/"):
-		return home + s[1:], nil
+		s = home + s[1:]
 	case !strings.HasPrefix(s, "/"):
-		return home + "/" + s, nil
+		s = home + "/" + s
 	}
-	return s, nil
+	// Path.resolve() drops "." and ".." too (without strict, a missing
+	// directory before ".." does not matter).
+	return path.Clean(s), nil
 }
 
 type pathParams struct {
