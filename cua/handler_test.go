@@ -38,7 +38,7 @@ type fakeDesk struct {
 	human bool
 	// cancelled counts runs that ended by their context while held.
 	cancelled int
-	shots []desk.ScreenshotOptions
+	shots     []desk.ScreenshotOptions
 }
 
 func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error) {
