@@ -107,6 +107,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.cmd(w, r)
 	case path == "/ws":
 		h.ws(w, r)
+	case path == "/commands":
+		writeJSON(w, http.StatusOK, commandList())
 	case path == "/status":
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "os_type": "linux", "features": []string{}})
 	case path == "/pty" || strings.HasPrefix(path, "/pty/") || path == "/playwright_exec" || path == "/responses":

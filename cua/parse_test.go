@@ -204,3 +204,21 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+// Every served command lists its params for GET /commands, and only them.
+func TestCommandParamsListed(t *testing.T) {
+	for name := range commands {
+		if _, ok := params[name]; !ok {
+			t.Errorf("command %s has no params entry", name)
+		}
+	}
+	for name := range params {
+		if _, ok := commands[name]; !ok {
+			t.Errorf("params lists %s, which is not served", name)
+		}
+	}
+	info := commandList()["commands"].(map[string]commandInfo)["read_bytes"]
+	if len(info.Params) != 3 || !info.Params[0].Required || info.Params[1].Default != 0 || info.Params[2].Default != nil {
+		t.Errorf("read_bytes params: %+v", info.Params)
+	}
+}
