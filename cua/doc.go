@@ -56,16 +56,21 @@
 //   - copy_to_clipboard, set_clipboard through xclip or xsel in the guest.
 //     The desktop image has neither, so there they answer success false
 //     naming the missing tool; the osworld image has both;
-//   - launch (a shell string or app + args, started detached; answers pid).
+//   - launch (a shell string or app + args, started detached; answers pid);
+//   - windows, with xdotool in the session (X window ids):
+//     get_current_window_id, get_application_windows (name contains, any
+//     case), get_window_name, get_window_size, get_window_position,
+//     set_window_size, set_window_position, minimize_window,
+//     activate_window.
 //
 // Not served, answered fast with {"success": false, "code": "unsupported",
-// "error"}: get_accessibility_tree, find_element, diorama_cmd,
-// get_desktop_environment, set_wallpaper, open, and the window commands
-// (get_current_window_id, get_application_windows, get_window_name,
-// get_window_size, get_window_position, set_window_size,
-// set_window_position, maximize_window, minimize_window, activate_window,
-// close_window). Anything else (e.g. get_active_window_bounds, which Cua's
-// client asks for but no server has) is an unknown command, as in Cua.
+// "error"}: get_accessibility_tree, find_element (Cua's own Linux server
+// answers a fixed dummy tree and "not supported"), diorama_cmd (macOS),
+// get_desktop_environment, set_wallpaper, open (the desktop image has no
+// xdg-open), maximize_window and close_window (bookworm's xdotool has no
+// windowstate or windowclose, and the image no wmctrl). Anything else (e.g.
+// get_active_window_bounds, which Cua's client asks for but no server has)
+// is an unknown command, as in Cua.
 //
 // Authentication is deskfarm's, applied by web before the handler: Cua's
 // Computer sends it through api_headers (Authorization: Bearer). The

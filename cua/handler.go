@@ -308,6 +308,14 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		return h.s.clipboardSet(ctx, o.text)
 	case launchOp:
 		return h.s.launch(ctx, o)
+	case windowOp:
+		if o.command == "set_window_size" || o.command == "set_window_position" ||
+			o.command == "minimize_window" || o.command == "activate_window" {
+			if err := h.agentMayAct(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return h.s.window(ctx, o)
 	}
 	return nil, fmt.Errorf("internal: no way to run %T", o)
 }

@@ -110,6 +110,8 @@ type hostGuest struct {
 	mu      sync.Mutex
 	guestUI [][]string
 	clip    *string // nil: no clipboard tool (the desktop image)
+	// xdo answers xdotool subcommands (argv[1]) with stdout.
+	xdo map[string]string
 }
 
 func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
@@ -124,7 +126,7 @@ func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResu
 		g.mu.Lock()
 		g.guestUI = append(g.guestUI, argv)
 		g.mu.Unlock()
-		return vmm.ExecResult{}, nil
+		return vmm.ExecResult{Stdout: []byte(g.xdo[argv[1]])}, nil
 	case len(argv) == 3 && argv[2] == clipGetScript:
 		if g.clip == nil {
 			return vmm.ExecResult{ExitCode: 127}, nil
@@ -627,5 +629,49 @@ func TestScriptsParse(t *testing.T) {
 		if out, err := exec.Command("sh", "-n", "-c", s).CombinedOutput(); err != nil {
 			t.Errorf("%s script: %v %s", name, err, out)
 		}
+	}
+}
+
+func TestWindowCommands(t *testing.T) {
+	r := newRig(t)
+	// Shaped by hand after xdotool 3.20160805's output formats
+	// (cmd_getwindowgeometry.c --shell, cmd_search.c one id per line).
+	r.guest.xdo = map[string]string{
+		"getactivewindow":   "4194311\n",
+		"search":            "4194311\n6291460\n",
+		"getwindowname":     "user@deskfarm: ~\n",
+		"getwindowgeometry": "WINDOW=4194311\nX=120\nY=80\nWIDTH=660\nHEIGHT=434\nSCREEN=0\n",
+	}
+	if got := r.ok("get_current_window_id", nil)["window_id"]; got != 4194311.0 {
+		t.Fatalf("window_id %v", got)
+	}
+	if got := fmt.Sprint(r.ok("get_application_windows", map[string]any{"app": "a.b"})["windows"]); got != "[4.194311e+06 6.29146e+06]" {
+		t.Fatalf("windows %v", got)
+	}
+	if got := r.ok("get_window_name", map[string]any{"window_id": 4194311})["name"]; got != "user@deskfarm: ~" {
+		t.Fatalf("name %q", got)
+	}
+	if got := r.ok("get_window_size", map[string]any{"window_id": 4194311}); got["width"] != 660.0 || got["height"] != 434.0 {
+		t.Fatalf("size %v", got)
+	}
+	if got := r.ok("get_window_position", map[string]any{"window_id": 4194311}); got["x"] != 120.0 || got["y"] != 80.0 {
+		t.Fatalf("position %v", got)
+	}
+	r.ok("set_window_size", map[string]any{"window_id": 4194311, "width": 800, "height": 600})
+	r.ok("activate_window", map[string]any{"window_id": "4194311"})
+	want := [][]string{
+		{"xdotool", "getactivewindow"},
+		{"xdotool", "search", "--name", `a\.b`},
+		{"xdotool", "getwindowname", "4194311"},
+		{"xdotool", "getwindowgeometry", "--shell", "4194311"},
+		{"xdotool", "getwindowgeometry", "--shell", "4194311"},
+		{"xdotool", "windowsize", "4194311", "800", "600"},
+		{"xdotool", "windowactivate", "4194311"},
+	}
+	if !reflect.DeepEqual(r.guest.guestUI, want) {
+		t.Fatalf("xdotool calls\n%q\nwant\n%q", r.guest.guestUI, want)
+	}
+	if out := r.cmd("maximize_window", map[string]any{"window_id": 1}); out["code"] != "unsupported" {
+		t.Fatalf("maximize_window: %v", out)
 	}
 }

@@ -156,10 +156,7 @@ var commands = map[string]parser{
 // unsupported are Cua's commands that deskfarm knows and does not serve.
 var unsupported = []string{
 	"get_accessibility_tree", "find_element", "diorama_cmd", "get_desktop_environment",
-	"set_wallpaper", "open", "get_current_window_id", "get_application_windows",
-	"get_window_name", "get_window_size", "get_window_position", "set_window_size",
-	"set_window_position", "maximize_window", "minimize_window", "activate_window",
-	"close_window",
+	"set_wallpaper", "open", "maximize_window", "close_window",
 }
 
 // errUnknownCommand marks a command nobody serves; HTTP answers it with 400.

@@ -156,6 +156,12 @@ func TestParseGuestCommands(t *testing.T) {
 		{"get_cursor_position", `{}`, cursorOp{}},
 		{"get_accessibility_tree", `{}`, unsupportedOp{command: "get_accessibility_tree"}},
 		{"maximize_window", `{"window_id": 3}`, unsupportedOp{command: "maximize_window"}},
+		{"get_current_window_id", `{}`, windowOp{command: "get_current_window_id"}},
+		{"get_application_windows", `{"app": "Terminal"}`, windowOp{command: "get_application_windows", app: "Terminal"}},
+		{"get_window_name", `{"window_id": 4194311}`, windowOp{command: "get_window_name", id: "4194311"}},
+		{"activate_window", `{"window_id": "0x400007"}`, windowOp{command: "activate_window", id: "4194311"}},
+		{"set_window_size", `{"window_id": 7, "width": 640, "height": 480}`, windowOp{command: "set_window_size", id: "7", a: 640, b: 480}},
+		{"set_window_position", `{"window_id": 7, "x": 10, "y": 20}`, windowOp{command: "set_window_position", id: "7", a: 10, b: 20}},
 		{"authenticate", `{"api_key": "k", "container_name": "c"}`, authOp{}},
 	}
 	for _, c := range cases {
@@ -176,7 +182,7 @@ func TestParseErrors(t *testing.T) {
 		command, params, want string
 		unknown               bool
 	}{
-		{"get_active_window_bounds", `{}`, "Unknown command: get_active_window_bounds. Did you mean: get_cursor_position, get_file_size, get_screen_size?", true},
+		{"get_active_window_bounds", `{}`, "Unknown command: get_active_window_bounds. Did you mean: get_application_windows, get_current_window_id, get_cursor_position, get_file_size, get_screen_size?", true},
 		{"frobnicate", `{}`, "Unknown command: frobnicate", true},
 		{"press_key", `{"key": "hyperdrive"}`, "Unknown key: hyperdrive", false},
 		{"hotkey", `{"keys": ["ctrl", "nope"]}`, "Unknown key in hotkey: nope", false},
@@ -189,6 +195,9 @@ func TestParseErrors(t *testing.T) {
 		{"write_bytes", `{"path": "/a", "content_b64": "!!"}`, "write_bytes: content_b64: illegal base64", false},
 		{"read_text", `{}`, `read_text() missing required param "path"`, false},
 		{"run_command", `{"command": "x", "timeout": -1}`, "run_command: timeout must be in", false},
+		{"get_window_name", `{}`, `get_window_name() missing required param "window_id"`, false},
+		{"get_window_name", `{"window_id": "main"}`, `get_window_name: window_id "main" is not an X window id`, false},
+		{"set_window_size", `{"window_id": 1, "width": 5}`, `set_window_size() missing required param "height"`, false},
 	}
 	for _, c := range cases {
 		_, err := parse(c.command, json.RawMessage(c.params), "/home/user")
