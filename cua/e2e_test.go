@@ -166,6 +166,14 @@ func TestE2ECuaDesktop(t *testing.T) {
 		t.Fatalf("terminal geometry: %q", geo)
 	}
 
+	// The window commands see the same window.
+	if id := c.ok("get_current_window_id", nil)["window_id"]; fmt.Sprint(int64(id.(float64))) != term {
+		t.Fatalf("get_current_window_id %v, xdotool says %s", id, term)
+	}
+	if sz := c.ok("get_window_size", map[string]any{"window_id": term}); int(sz["width"].(float64)) != ww || int(sz["height"].(float64)) != wh {
+		t.Fatalf("get_window_size %v, geometry %dx%d", sz, ww, wh)
+	}
+
 	// left_click on the desktop beside the terminal takes the focus from
 	// it; left_click in the terminal gives it back, with the pointer where
 	// the click said.
