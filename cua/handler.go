@@ -247,13 +247,14 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		return unsupportedReply{Code: "unsupported",
 			Error: o.command + " is not served by deskfarm's Cua endpoint (see package cua)"}, nil
 	case screenSizeOp:
-		res, err := h.t.Runner.Run(ctx, native, []actions.Action{actions.CursorPosition{}}, quiet)
+		// An empty run plays nothing and reports the screen's size.
+		res, err := h.t.Runner.Run(ctx, native, nil, quiet)
 		if err != nil {
 			return nil, err
 		}
 		return screenSizeReply{Size: screenSize{Width: res.Screenshot.X, Height: res.Screenshot.Y}}, nil
 	case cursorOp:
-		res, err := h.t.Runner.Run(ctx, native, []actions.Action{actions.CursorPosition{}}, quiet)
+		res, err := h.run(ctx, []actions.Action{actions.CursorPosition{}})
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +267,7 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		if len(o.acts) == 0 {
 			return struct{}{}, nil
 		}
-		if _, err := h.t.Runner.Run(ctx, native, o.acts, quiet); err != nil {
+		if _, err := h.run(ctx, o.acts); err != nil {
 			return nil, err
 		}
 		return struct{}{}, nil
@@ -318,6 +319,26 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		return h.s.window(ctx, o)
 	}
 	return nil, fmt.Errorf("internal: no way to run %T", o)
+}
+
+// run plays acts on the display. Cua's commands act where the pointer is
+// when they name no point, and only the guest knows where that is until the
+// display has sent a pointer event (actions.ErrPointerUnknown): then the
+// pointer is first moved to where the guest says it is, which moves nothing.
+func (h *Handler) run(ctx context.Context, acts []actions.Action) (desk.RunResult, error) {
+	res, err := h.t.Runner.Run(ctx, native, acts, quiet)
+	if !errors.Is(err, actions.ErrPointerUnknown) || res.Executed > 0 {
+		return res, err
+	}
+	at, gerr := h.s.pointer(ctx)
+	if gerr != nil {
+		return res, fmt.Errorf("%w; asking the guest: %w", err, gerr)
+	}
+	res, err = h.t.Runner.Run(ctx, native, append([]actions.Action{actions.Move{To: at}}, acts...), quiet)
+	if res.Executed > 0 {
+		res.Executed--
+	}
+	return res, err
 }
 
 // agentMayAct refuses input through the guest while a person holds

@@ -33,6 +33,7 @@ type fakeDesk struct {
 	mu    sync.Mutex
 	runs  [][]actions.Action
 	pos   actions.Point
+	known bool // a pointer event was sent: pos is where the pointer is
 	w, h  int
 	hold  chan struct{} // non-nil: Run of input waits for it
 	human bool
@@ -65,19 +66,30 @@ func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(acts) > 0 {
-		d.runs = append(d.runs, acts)
+	if len(acts) == 0 {
+		return res, nil
 	}
+	// Recorded once played in full (a refused run plays nothing here).
+	defer func() {
+		if res.Executed == len(acts) {
+			d.runs = append(d.runs, acts)
+		}
+	}()
 	for _, a := range acts {
 		switch a := a.(type) {
 		case actions.CursorPosition:
+			if !d.known {
+				return res, fmt.Errorf("actions[%d] (cursor_position): %w", res.Executed, actions.ErrPointerUnknown)
+			}
 			res.Text = fmt.Sprintf("X=%d,Y=%d", d.pos.X, d.pos.Y)
-			continue
 		case actions.Move:
-			d.pos = a.To
+			d.pos, d.known = a.To, true
 		case actions.Click:
-			if a.At != nil {
-				d.pos = *a.At
+			switch {
+			case a.At != nil:
+				d.pos, d.known = *a.At, true
+			case !d.known:
+				return res, fmt.Errorf("actions[%d] (click): %w", res.Executed, actions.ErrPointerUnknown)
 			}
 		}
 		res.Executed++
@@ -323,6 +335,25 @@ func TestStatusAndRefusedRoutes(t *testing.T) {
 		if resp.StatusCode != http.StatusConflict || out["success"] != false || out["code"] != "unsupported" {
 			t.Errorf("%s: %d %v", p, resp.StatusCode, out)
 		}
+	}
+}
+
+// Before any pointer event the display cannot know where the pointer is:
+// the guest is asked, and the pointer moved there first.
+func TestPointerFromGuest(t *testing.T) {
+	r := newRig(t)
+	r.guest.xdo = map[string]string{"getmouselocation": "X=640\nY=400\nSCREEN=0\nWINDOW=1234\n"}
+	pos := r.ok("get_cursor_position", nil)["position"].(map[string]any)
+	if pos["x"] != 640.0 || pos["y"] != 400.0 {
+		t.Fatalf("cursor %v", pos)
+	}
+	r.ok("left_click", map[string]any{"x": nil, "y": nil})
+	want := [][]actions.Action{
+		{actions.Move{To: actions.Point{X: 640, Y: 400}}, actions.CursorPosition{}},
+		{actions.Click{Button: actions.ButtonLeft, Count: 1}},
+	}
+	if got := r.desk.played(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("played %#v", got)
 	}
 }
 

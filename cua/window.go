@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // windowOp is a window command, carried out with xdotool in the guest's
@@ -132,9 +134,10 @@ type (
 	}
 )
 
-// parseGeometry reads `xdotool getwindowgeometry --shell` (WINDOW=, X=,
-// Y=, WIDTH=, HEIGHT=, SCREEN= lines).
-func parseGeometry(out string) (map[string]int, error) {
+// parseShellVars reads xdotool's --shell output (KEY=number lines:
+// getwindowgeometry's WINDOW, X, Y, WIDTH, HEIGHT, SCREEN; getmouselocation's
+// X, Y, SCREEN, WINDOW) and requires the named keys.
+func parseShellVars(out string, need ...string) (map[string]int, error) {
 	g := map[string]int{}
 	for _, line := range strings.Fields(out) {
 		k, v, ok := strings.Cut(line, "=")
@@ -143,16 +146,29 @@ func parseGeometry(out string) (map[string]int, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return nil, fmt.Errorf("window geometry: %q", line)
+			return nil, fmt.Errorf("xdotool printed %q", line)
 		}
 		g[k] = n
 	}
-	for _, k := range []string{"X", "Y", "WIDTH", "HEIGHT"} {
+	for _, k := range need {
 		if _, ok := g[k]; !ok {
-			return nil, fmt.Errorf("window geometry without %s: %q", k, out)
+			return nil, fmt.Errorf("no %s in xdotool's %q", k, out)
 		}
 	}
 	return g, nil
+}
+
+// pointer asks the session where the pointer is (native pixels).
+func (s session) pointer(ctx context.Context) (actions.Point, error) {
+	out, err := s.check(ctx, nil, "xdotool", "getmouselocation", "--shell")
+	if err != nil {
+		return actions.Point{}, err
+	}
+	g, err := parseShellVars(string(out), "X", "Y")
+	if err != nil {
+		return actions.Point{}, fmt.Errorf("pointer location: %w", err)
+	}
+	return actions.Point{X: g["X"], Y: g["Y"]}, nil
 }
 
 func (s session) window(ctx context.Context, o windowOp) (any, error) {
@@ -192,7 +208,7 @@ func (s session) window(ctx context.Context, o windowOp) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		g, err := parseGeometry(string(out))
+		g, err := parseShellVars(string(out), "X", "Y", "WIDTH", "HEIGHT")
 		if err != nil {
 			return nil, err
 		}
