@@ -251,6 +251,9 @@ func needsControl(r *http.Request, pattern string) string {
 	case pattern == "GET /v1/vms/{id}/files" || pattern == "GET /v1/episodes/{id}/files":
 		// A guest's files are more than its screen: keys, logs, answers.
 		return "reading guest files"
+	case strings.HasSuffix(pattern, "/cua/{path...}"):
+		// Cua's websocket is a GET, and it drives the VM.
+		return "driving the VM through Cua's protocol (" + r.Method + " " + r.URL.Path + ")"
 	case pattern == "GET /v1/vms/{id}/vnc" && r.URL.Query().Get("control_token") != "":
 		return "typing through a takeover (GET " + r.URL.Path + " with a control_token)"
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:

@@ -137,6 +137,9 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"PUT", "/v1/vms/{id}/files", "write_file", s.onVM(s.mutates(s.writeFile))},
 		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.onVM(s.mutates(s.act)))},
 		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.onVM(s.screenshot))},
+		// Cua's computer-server protocol (cua.go): GET /status and /ws, POST /cmd.
+		{"GET", "/v1/vms/{id}/cua/{path...}", "cua", s.onVM(s.mutates(s.cua))},
+		{"POST", "/v1/vms/{id}/cua/{path...}", "cua", s.onVM(s.mutates(s.cua))},
 		// Episodes lease pool VMs (episodes.go).
 		{"POST", "/v1/episodes", "episode_start", s.startEpisode},
 		{"GET", "/v1/episodes", "episode_list", s.listEpisodes},
@@ -147,6 +150,8 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.mutates(s.exec))},
 		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile)},
 		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.mutates(s.writeFile))},
+		{"GET", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
+		{"POST", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
 		{"GET", "/v1/pools", "pools", s.listPools},
 		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
