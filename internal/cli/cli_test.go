@@ -389,7 +389,7 @@ func TestNoServerDependencies(t *testing.T) {
 			t.Skip("no go command to list dependencies with")
 		}
 	}
-	for _, pkg := range []string{".", "../../client", "../../api"} {
+	for _, pkg := range []string{".", "../../client", "../../api", "../../mcpserver"} {
 		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
