@@ -22,8 +22,8 @@ func TestMCPStdio(t *testing.T) {
 	var stderr bytes.Buffer
 	env := &Env{Stdin: inR, Stdout: outW, Stderr: &stderr, Interactive: func(any) bool { return false },
 		Exit: func(int) {}, Getenv: func(k string) string {
-		return map[string]string{"DESKFARM_SERVER": d.Server.URL}[k]
-	}}
+			return map[string]string{"DESKFARM_SERVER": d.Server.URL}[k]
+		}}
 	root := &cobra.Command{Use: "deskfarm", SilenceErrors: true, SilenceUsage: true}
 	AddCommands(root, env)
 	root.SetArgs([]string{"mcp"})
