@@ -112,6 +112,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		s.trusted = DefaultTrustedNets
 	}
 	s.initEpisodes(opts)
+	mcpr := newMCPRoute(s.log) // mcp.go
 	routes := []route{
 		{"GET", "/healthz", "health", s.health},
 		{"POST", "/v1/vms", "create", s.create},
@@ -137,6 +138,10 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile)},
 		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.writeFile)},
 		{"GET", "/v1/pools", "pools", s.listPools},
+		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the session.
+		{"POST", "/mcp", "mcp", mcpr.serve},
+		{"GET", "/mcp", "mcp", mcpr.serve},
+		{"DELETE", "/mcp", "mcp", mcpr.serve},
 		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
 		{"GET", "/{$}", "dashboard", s.dashboard},
@@ -175,6 +180,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		return &httpError{status: http.StatusNotFound, code: api.CodeNotFound,
 			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
 	}))
+	mcpr.api = s.logRequests(mux)
 	return s.logRequests(s.authenticate(mux))
 }
 
