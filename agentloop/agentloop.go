@@ -38,6 +38,7 @@ const (
 	StopDone     = "done"      // the model ended its turn without a tool call
 	StopMaxSteps = "max_steps" // the step limit was reached
 	StopRefused  = "refused"   // the loop would not go on (e.g. unacknowledged safety checks)
+	StopModel    = "model"     // the model stopped for another reason (Result.StopReason: max_tokens, refusal, ...)
 )
 
 // Options configure a run.
@@ -66,6 +67,9 @@ type Result struct {
 	Steps int
 	// Stop is one of the Stop constants.
 	Stop string
+	// StopReason is the model API's own reason for its last answer, when
+	// it gives one (Claude's stop_reason).
+	StopReason string
 	// Final is the model's last text.
 	Final string
 }

@@ -211,6 +211,42 @@ func TestClaudeToolErrorGoesBackToTheModel(t *testing.T) {
 	}
 }
 
+// TestClaudeKeepsTheLatestScreenshots: older tool results lose their
+// images, so requests do not grow by a screenshot a step.
+func TestClaudeKeepsTheLatestScreenshots(t *testing.T) {
+	d := farmtest.ServeDesktop(t, web.Options{})
+	c, _ := client.New(d.Server.URL)
+	var turns []string
+	for i := range 5 {
+		turns = append(turns, fmt.Sprintf(`{"id":"m%d","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",
+		  "usage":{"input_tokens":1,"output_tokens":1},
+		  "content":[{"type":"tool_use","id":"toolu_%d","name":"computer","input":{"action":"screenshot"}}]}`, i, i))
+	}
+	turns = append(turns, `{"id":"m9","type":"message","role":"assistant","model":"m","stop_reason":"end_turn",
+	  "usage":{"input_tokens":1,"output_tokens":1},"content":[{"type":"text","text":"seen"}]}`)
+	file := t.TempDir() + "/turns.json"
+	os.WriteFile(file, []byte("["+strings.Join(turns, ",")+"]"), 0o644)
+	api, srv := newFakeAPI(t, "/v1/messages", file)
+	llm := anthropic.NewClient(aoption.WithAPIKey("k"), aoption.WithBaseURL(srv.URL), aoption.WithMaxRetries(0))
+	if res, err := agentloop.Claude(context.Background(), c, llm, "m", "look", agentloop.Options{}); err != nil || res.Stop != agentloop.StopDone {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	// The last request holds 5 tool results; only the latest 3 have images.
+	var images []bool
+	for _, m := range get(api.request(5), "messages").([]any) {
+		if block := get(m, "content", 0); get(block, "type") == "tool_result" {
+			has := false
+			for _, c := range get(block, "content").([]any) {
+				has = has || get(c, "type") == "image"
+			}
+			images = append(images, has)
+		}
+	}
+	if !slices.Equal(images, []bool{false, false, true, true, true}) {
+		t.Errorf("tool results with images: %v, want the latest 3", images)
+	}
+}
+
 func TestClaudeMaxSteps(t *testing.T) {
 	d := farmtest.ServeDesktop(t, web.Options{})
 	c, _ := client.New(d.Server.URL)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/deskfarm/deskfarm/api"
@@ -22,6 +23,12 @@ const DefaultClaudeModel = anthropic.ModelClaudeOpus4_5
 
 // claudeMaxTokens bounds one model turn: a few sentences and a tool call.
 const claudeMaxTokens = 4096
+
+// keepImages is how many of the latest tool results keep their
+// screenshots; older ones are replaced by a note, as the reference demo
+// does (only_n_most_recent_images = 3), so a long run's requests do not
+// grow by a screenshot a step.
+const keepImages = 3
 
 // Claude runs task on a fresh episode with model (e.g.
 // DefaultClaudeModel) through the Messages API's computer_20251124 tool.
@@ -43,6 +50,7 @@ func (r *run) claude(ctx context.Context, llm anthropic.Client, model, task stri
 	tool := anthropic.BetaToolUnionParamOfComputerUseTool20251124(int64(r.height), int64(r.width))
 	tool.OfComputerUseTool20251124.EnableZoom = anthropic.Bool(true)
 	msgs := []anthropic.BetaMessageParam{anthropic.NewBetaUserMessage(anthropic.NewBetaTextBlock(task))}
+	var withImages []*anthropic.BetaToolResultBlockParam // oldest first
 	for step := 1; ; step++ {
 		if step > r.opts.MaxSteps {
 			res.Stop = StopMaxSteps
@@ -72,9 +80,28 @@ func (r *run) claude(ctx context.Context, llm anthropic.Client, model, task stri
 			}
 		}
 		if len(results) == 0 {
-			res.Stop = StopDone
-			r.logf("done after %d steps (stop_reason %s)", step, msg.StopReason)
+			res.Stop, res.StopReason = StopDone, string(msg.StopReason)
+			if msg.StopReason != anthropic.BetaStopReasonEndTurn {
+				res.Stop = StopModel
+			}
+			how := "done"
+			if res.Stop != StopDone {
+				how = "stopped"
+			}
+			r.logf("%s after %d steps (stop_reason %s)", how, step, msg.StopReason)
 			return nil
+		}
+		for _, b := range results {
+			if tr := b.OfToolResult; tr != nil && slices.ContainsFunc(tr.Content, isImage) {
+				withImages = append(withImages, tr)
+			}
+		}
+		for len(withImages) > keepImages {
+			tr := withImages[0]
+			withImages = withImages[1:]
+			tr.Content = slices.DeleteFunc(tr.Content, isImage)
+			tr.Content = append(tr.Content, anthropic.BetaToolResultBlockParamContentUnion{
+				OfText: &anthropic.BetaTextBlockParam{Text: "(screenshot omitted: later ones show the screen)"}})
 		}
 		msgs = append(msgs, anthropic.NewBetaUserMessage(results...))
 	}
@@ -105,6 +132,8 @@ func (r *run) claudeToolUse(ctx context.Context, step int, b anthropic.BetaToolU
 	}
 	return anthropic.BetaContentBlockParamUnion{OfToolResult: &anthropic.BetaToolResultBlockParam{ToolUseID: b.ID, Content: content}}
 }
+
+func isImage(c anthropic.BetaToolResultBlockParamContentUnion) bool { return c.OfImage != nil }
 
 // claudeContent converts the actions route's tool_result content, which
 // is in Claude's wire shape already, to the SDK's param type.
