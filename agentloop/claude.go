@@ -111,7 +111,10 @@ func (r *run) claude(ctx context.Context, llm anthropic.Client, model, task stri
 // tool_result: the actions route's content as it came, or its error as
 // an is_error result the model can read.
 func (r *run) claudeToolUse(ctx context.Context, step int, b anthropic.BetaToolUseBlock) anthropic.BetaContentBlockParamUnion {
-	input := json.RawMessage(b.JSON.Input.Raw())
+	input := json.RawMessage(b.JSON.Input.Raw()) // the input as the model emitted it
+	if len(input) == 0 {
+		input, _ = json.Marshal(b.Input) // a block not decoded from the wire
+	}
 	r.stepf(step, "%s %s", b.Name, clip(string(input), 160))
 	if b.Name != "computer" {
 		return anthropic.NewBetaToolResultBlock(b.ID, fmt.Sprintf("unknown tool %q: this loop has only computer", b.Name), true)
