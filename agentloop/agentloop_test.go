@@ -299,6 +299,7 @@ func openAIFarm(t *testing.T, d *farmtest.Desktop) string {
 			r.Body = io.NopCloser(bytes.NewReader(b))
 			r.ContentLength = int64(len(b))
 		}
+		r.Host = u.Host // the farm answers to its own name only
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)

@@ -68,6 +68,7 @@ const (
 	CodeEpisodeNotFound = "episode_not_found" // no episode of that id
 	CodeEpisodeEnded    = "episode_ended"     // the episode has ended
 	CodePoolFull        = "pool_full"         // the pool holds its max VMs
+	CodeNotLeased       = "not_leased"        // a change to a pool VM that no episode leases
 	CodeHostFull        = "host_full"         // host memory less the reserve is taken
 	CodeNoPools         = "no_pools"          // the server has no pools
 
@@ -83,6 +84,12 @@ const (
 	CodeHumanControl      = "human_control"      // a person holds control of the VM
 	CodeDisplayClosed     = "display_closed"     // the VM's display closed under the call (VM died or destroyed)
 	CodeTooManyViewers    = "too_many_viewers"   // a viewer connection over the per-VM or farm-wide cap
+
+	// Who may call: the guards against other web pages and viewers (issue 9).
+	CodeMisdirectedRequest   = "misdirected_request"    // the Host header names no name this farm answers to
+	CodeCrossSite            = "cross_site"             // a browser request from a page of another origin
+	CodeUnsupportedMediaType = "unsupported_media_type" // a body of a type the route does not take
+	CodeViewerToken          = "viewer_token"           // a viewer's token, where the control token is needed
 )
 
 // StatusClientClosed is nginx's status for a request whose client went
@@ -113,6 +120,7 @@ var statuses = map[string]int{
 	CodeEpisodeNotFound: http.StatusNotFound,
 	CodeEpisodeEnded:    http.StatusGone,
 	CodePoolFull:        http.StatusTooManyRequests,
+	CodeNotLeased:       http.StatusConflict,
 	CodeHostFull:        http.StatusInsufficientStorage,
 	CodeNoPools:         http.StatusNotImplemented,
 
@@ -127,6 +135,11 @@ var statuses = map[string]int{
 	CodeHumanControl:      http.StatusConflict,
 	CodeDisplayClosed:     http.StatusGone,
 	CodeTooManyViewers:    http.StatusTooManyRequests,
+
+	CodeMisdirectedRequest:   http.StatusMisdirectedRequest,
+	CodeCrossSite:            http.StatusForbidden,
+	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
+	CodeViewerToken:          http.StatusForbidden,
 }
 
 // Status returns the HTTP status the server sends with code, and 500 for

@@ -16,9 +16,10 @@ import (
 )
 
 // MCP over streamable HTTP at /mcp (issue 11): the tools of package
-// mcpserver, whose client calls this API in process. Authentication
-// happens once, on /mcp, as for any route; the in-process calls enter the
-// API below the authentication, so they need no token and no port.
+// mcpserver, whose client calls this API in process. The guard (Host,
+// cross-site, authentication, and the control role: a viewer token may
+// not use /mcp) runs once, on /mcp, as for any route; the in-process calls
+// enter the API below the guard, so they need no token and no port.
 
 // mcpSessionTimeout closes an MCP session idle this long; closing it ends
 // the episodes it started, so a client that vanished does not hold VMs.
@@ -41,7 +42,11 @@ type mcpRoute struct {
 func newMCPRoute(log *slog.Logger) *mcpRoute {
 	m := &mcpRoute{log: log, servers: map[string]*mcpserver.Server{}}
 	m.h = mcp.NewStreamableHTTPHandler(m.server, &mcp.StreamableHTTPOptions{
-		SessionTimeout: mcpSessionTimeout, Logger: log})
+		SessionTimeout: mcpSessionTimeout, Logger: log,
+		// The guard's Host allowlist (security.go) is the farm's one rule
+		// against DNS rebinding; the SDK's own check would refuse the
+		// names --allow-host lets in, behind a local reverse proxy.
+		DisableLocalhostProtection: true})
 	return m
 }
 

@@ -33,8 +33,26 @@ func mcpConnect(ctx context.Context, url, token string) (*mcp.ClientSession, err
 // TestMCPOverHTTP drives the tools at /mcp with a go-sdk client over
 // streamable HTTP, with the API's own authentication.
 func TestMCPOverHTTP(t *testing.T) {
-	d := farmtest.ServeDesktop(t, web.Options{Token: "s3cret", TrustedNets: []netip.Prefix{}})
+	d := farmtest.ServeDesktop(t, web.Options{Token: "s3cret", ViewerToken: "watch", TrustedNets: []netip.Prefix{}})
 	ctx := context.Background()
+
+	// A viewer token watches; the MCP tools act.
+	if cs, err := mcpConnect(ctx, d.Server.URL, "watch"); err == nil {
+		cs.Close()
+		t.Fatal("an MCP client with the viewer token connected")
+	} else if !strings.Contains(err.Error(), "403") && !strings.Contains(strings.ToLower(err.Error()), "forbidden") {
+		t.Errorf("with the viewer token: %v; want a 403", err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, d.Server.URL+"/mcp", nil)
+	req.Header.Set("Authorization", "Bearer watch")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET /mcp with the viewer token: %s; want 403", resp.Status)
+	}
 
 	if cs, err := mcpConnect(ctx, d.Server.URL, ""); err == nil {
 		cs.Close()

@@ -69,8 +69,8 @@ func addServerFlag(env *Env, fs interface {
 	StringVar(p *string, name, value, usage string)
 }) *conn {
 	c := &conn{env: env}
-	fs.StringVar(&c.server, "server", "", fmt.Sprintf("deskfarm API URL (default $%s, else %s); the token is $%s",
-		client.EnvServer, client.DefaultServer, client.EnvToken))
+	fs.StringVar(&c.server, "server", "", fmt.Sprintf("deskfarm API URL (default $%s, else %s); the token is $%s, else (on loopback) the one in %s",
+		client.EnvServer, client.DefaultServer, client.EnvToken, client.DefaultTokenFile))
 	return c
 }
 
@@ -82,7 +82,7 @@ func (c *conn) client() (*client.Client, error) {
 	if server == "" {
 		server = client.DefaultServer
 	}
-	return client.New(server, client.WithToken(c.env.Getenv(client.EnvToken)))
+	return client.New(server, client.WithToken(client.TokenFor(server, c.env.Getenv)))
 }
 
 // nArgs accepts between min and max positional arguments (max < 0: no

@@ -29,7 +29,10 @@ type cli struct {
 func newCLI(t *testing.T, opts web.Options) *cli {
 	t.Helper()
 	srv, farm := farmtest.Serve(t, opts)
-	return &cli{t: t, farm: farm, env: map[string]string{"DESKFARM_SERVER": srv.URL}}
+	// No token file: a farm serving on this host must not leak its token
+	// into the tests.
+	return &cli{t: t, farm: farm, env: map[string]string{"DESKFARM_SERVER": srv.URL,
+		"DESKFARM_TOKEN_FILE": filepath.Join(t.TempDir(), "no-token")}}
 }
 
 type result struct {

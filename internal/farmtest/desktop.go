@@ -45,7 +45,7 @@ func ServeDesktop(t testing.TB, opts web.Options) *Desktop {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	cfg := pool.Config{HostMemoryMiB: 100000, Pools: []pool.PoolConfig{{Name: "desktop", Image: "desktop",
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "desktop", Image: "desktop",
 		MemoryMiB: 1024, VCPUs: 1, MinWarm: 1, Max: 2}}}
 	cfg.SetDefaults()
 	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
