@@ -254,6 +254,9 @@ func needsControl(r *http.Request, pattern string) string {
 	case strings.HasSuffix(pattern, "/cua/{path...}"):
 		// Cua's websocket is a GET, and it drives the VM.
 		return "driving the VM through Cua's protocol (" + r.Method + " " + r.URL.Path + ")"
+	case strings.HasSuffix(pattern, " /mcp"):
+		// Every MCP session acts (mcp.go), its event stream included.
+		return "using the MCP tools (" + r.Method + " /mcp)"
 	case pattern == "GET /v1/vms/{id}/vnc" && r.URL.Query().Get("control_token") != "":
 		return "typing through a takeover (GET " + r.URL.Path + " with a control_token)"
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:

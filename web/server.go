@@ -123,6 +123,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		s.trusted = DefaultTrustedNets
 	}
 	s.initEpisodes(opts)
+	mcpr := newMCPRoute(s.log) // mcp.go
 	routes := []route{
 		{"GET", "/healthz", "health", s.health},
 		{"POST", "/v1/vms", "create", s.create},
@@ -153,6 +154,10 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"GET", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
 		{"POST", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
 		{"GET", "/v1/pools", "pools", s.listPools},
+		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the session.
+		{"POST", "/mcp", "mcp", mcpr.serve},
+		{"GET", "/mcp", "mcp", mcpr.serve},
+		{"DELETE", "/mcp", "mcp", mcpr.serve},
 		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
 		{"GET", "/{$}", "dashboard", s.dashboard},
@@ -191,6 +196,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		return &httpError{status: http.StatusNotFound, code: api.CodeNotFound,
 			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
 	}))
+	mcpr.api = s.logRequests(mux)
 	return s.logRequests(s.guard(mux))
 }
 

@@ -1,5 +1,5 @@
-// Package cli holds deskfarm's client commands: vm, episode, act and
-// screenshot. Each is a thin layer over package client; none links the
+// Package cli holds deskfarm's client commands: vm, episode, act,
+// screenshot, mcp and agent. Each is a thin layer over package client; none links the
 // server (a unit test checks that vmm, pool, desk, vnc, web and prometheus
 // stay out of this package's dependencies). cmd/deskfarm adds them to the
 // root command beside serve and image.
@@ -51,7 +51,7 @@ func isTerminal(f any) bool {
 func AddCommands(root *cobra.Command, env *Env) {
 	const group = "client"
 	root.AddGroup(&cobra.Group{ID: group, Title: "Client commands (talk to a running server):"})
-	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env)} {
+	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env), mcpCommand(env), agentCommand(env)} {
 		c.GroupID = group
 		root.AddCommand(c)
 	}

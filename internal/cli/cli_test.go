@@ -62,7 +62,7 @@ func (c *cli) run(stdin []byte, args ...string) result {
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	switch args[0] {
-	case "vm", "episode", "act", "screenshot", "completion", "help", "--help":
+	case "vm", "episode", "act", "screenshot", "mcp", "agent", "completion", "help", "--help":
 	default:
 		args = append([]string{"vm"}, args...)
 	}
@@ -392,7 +392,7 @@ func TestNoServerDependencies(t *testing.T) {
 			t.Skip("no go command to list dependencies with")
 		}
 	}
-	for _, pkg := range []string{".", "../../client", "../../api"} {
+	for _, pkg := range []string{".", "../../client", "../../api", "../../mcpserver", "../../agentloop"} {
 		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
