@@ -38,6 +38,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	if err := m.admit(mc); err != nil {
 		return VM{}, err
 	}
+	// admit picked the host ports asked for as 0.
+	c.spec.Meta, c.spec.Forwards = mc.meta, mc.meta.Forwards
 	c.log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs,
 		"accel", m.accel, "start", mc.meta.Start)
 	if err := runSteps(ctx, c.log, c.steps()); err != nil {
