@@ -108,7 +108,7 @@ func TestE2EDesktopRoutes(t *testing.T) {
 	t.Run("commands run as user in the session", func(t *testing.T) {
 		c := osw{t, c.url}
 		out := c.exec("sh", "-c", `id -un; echo "$HOME"; echo "$DISPLAY"; test -n "$DBUS_SESSION_BUS_ADDRESS" && echo bus; xdotool getdisplaygeometry`)
-		if got := strings.Fields(out.Output); len(got) != 5 || got[0] != "user" || got[1] != "/home/user" || got[2] != ":0" || got[3] != "bus" || got[4] != "1280" {
+		if got := strings.Fields(out.Output); len(got) != 6 || got[0] != "user" || got[1] != "/home/user" || got[2] != ":0" || got[3] != "bus" || got[4] != "1280" {
 			t.Fatalf("session: %+v", out)
 		}
 		// A command that runs and fails is a 200 with its returncode.
@@ -188,6 +188,9 @@ func TestE2EDesktopRoutes(t *testing.T) {
 
 	t.Run("open_file returns once the window is up", func(t *testing.T) {
 		c := osw{t, c.url}
+		// The desktop image has no xdg-open; pcmanfm opens the file, with
+		// the application this names (a task's setup would do the same).
+		upload(t, c, "/home/user/.config/mimeapps.list", []byte("[Default Applications]\ntext/plain=org.xfce.mousepad.desktop\n"))
 		var body bytes.Buffer
 		mw := multipart.NewWriter(&body)
 		mw.WriteField("file_path", "/home/user/e2e-notes.txt")
@@ -280,6 +283,19 @@ func TestE2EDesktopRoutes(t *testing.T) {
 			t.Fatalf("guest reached the host with network none: %+v", out)
 		}
 	})
+}
+
+func upload(t *testing.T, c osw, path string, data []byte) {
+	t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("file_path", path)
+	fw, _ := mw.CreateFormFile("file_data", "f")
+	fw.Write(data)
+	mw.Close()
+	if code, b := c.do("POST", "/setup/upload", mw.FormDataContentType(), body.Bytes()); code != 200 {
+		t.Fatalf("upload %s: %d %s", path, code, b)
+	}
 }
 
 // hostServer serves "hello-from-host" on the host's loopback and returns

@@ -247,8 +247,8 @@ func (h *Handler) runPython(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, runPythonResult{Status: "error", Message: "Execution error: " + err.Error(), Error: err.Error()})
 		return
 	}
-	defer h.g.Run(context.WithoutCancel(r.Context()), Cmd{Argv: []string{"rm", "-f", file}, Timeout: 10 * time.Second})
-	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/usr/bin/python3", file}, Timeout: 30 * time.Second})
+	defer h.g.Run(context.WithoutCancel(r.Context()), Cmd{Argv: []string{"rm", "-f", file}, Timeout: time.Minute})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/usr/bin/python3", file}, Timeout: time.Minute})
 	if errors.Is(err, vmm.ErrTimeout) {
 		writeJSON(w, http.StatusInternalServerError, runPythonResult{Status: "error",
 			Message: "Execution timeout: Code took too long to execute", Error: "TimeoutExpired"})
@@ -312,7 +312,7 @@ func (h *Handler) runBashScript(w http.ResponseWriter, r *http.Request) {
 	dir := ""
 	if req.WorkingDir != "" {
 		dir = expandPath(req.WorkingDir, h.opts.User, h.opts.Home)
-		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", dir}, Timeout: 10 * time.Second})
+		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", dir}, Timeout: time.Minute})
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
 			return
@@ -331,7 +331,7 @@ func (h *Handler) runBashScript(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
 		return
 	}
-	defer h.g.Run(context.WithoutCancel(r.Context()), Cmd{Argv: []string{"rm", "-f", file}, Timeout: 10 * time.Second})
+	defer h.g.Run(context.WithoutCancel(r.Context()), Cmd{Argv: []string{"rm", "-f", file}, Timeout: time.Minute})
 	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/bash", file}, Dir: dir, MergeStderr: true,
 		Timeout: time.Duration(timeout * float64(time.Second))})
 	if errors.Is(err, vmm.ErrTimeout) {
@@ -377,7 +377,7 @@ func formValue(r *http.Request, key string) (string, bool) {
 // exists tells whether a guest path exists (0), names a program (4) or
 // neither (3), as the desktop user sees it.
 func (h *Handler) exists(ctx context.Context, p string) (int, error) {
-	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", existsScript, "exists", p}, Timeout: 10 * time.Second})
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", existsScript, "exists", p}, Timeout: time.Minute})
 	if err != nil {
 		return 0, err
 	}
@@ -472,7 +472,7 @@ func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	argv := append([]string{"/bin/sh", "-c", launchScript, "launch"}, c.Argv...)
-	res, err := h.g.Run(r.Context(), Cmd{Argv: argv, Timeout: 30 * time.Second})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: argv, Timeout: time.Minute})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("launch %s: exit %d: %s", c.Text, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
@@ -484,7 +484,7 @@ func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) windows(ctx context.Context) ([]window, error) {
-	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: 20 * time.Second})
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -538,7 +538,7 @@ func (h *Handler) openFile(w http.ResponseWriter, r *http.Request) {
 		ws, err := h.windows(ctx)
 		if err == nil {
 			if win, ok := matchOpened(ws, name, stem); ok {
-				h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", activateIDScript, "activate", win.ID}, Timeout: 10 * time.Second})
+				h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", activateIDScript, "activate", win.ID}, Timeout: time.Minute})
 				h.log.Info("osworld file opened", "vm", h.opts.VM, "op", "open_file", "path", p, "window", win.Title, "wait", time.Since(start).Round(time.Millisecond))
 				writeText(w, http.StatusOK, "File opened and window activated successfully")
 				return
@@ -592,7 +592,7 @@ func (h *Handler) windowAction(action string) http.HandlerFunc {
 		if req.Strict {
 			re = "^" + re + "$"
 		}
-		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", windowActionScript, op, action, flags, *req.WindowName, re}, Timeout: 20 * time.Second})
+		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", windowActionScript, op, action, flags, *req.WindowName, re}, Timeout: time.Minute})
 		if err != nil || res.ExitCode != 0 {
 			h.log.Info("osworld window action had no effect", "vm", h.opts.VM, "op", op, "window", *req.WindowName, "err", err, "exit", res.ExitCode)
 		}
@@ -621,7 +621,7 @@ func (h *Handler) changeWallpaper(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusNotFound, "File not found: "+p)
 		return
 	}
-	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", setWallpaperScript, "wallpaper", p}, Timeout: 20 * time.Second})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", setWallpaperScript, "wallpaper", p}, Timeout: time.Minute})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
@@ -690,7 +690,7 @@ func parseShellVars(out string) map[string]string {
 func (h *Handler) cursorPosition(w http.ResponseWriter, r *http.Request) {
 	// The pointer may have been moved inside the guest (pyautogui in a
 	// setup step, xdotool): ask X, not what the host last sent.
-	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"xdotool", "getmouselocation", "--shell"}, Timeout: 10 * time.Second})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"xdotool", "getmouselocation", "--shell"}, Timeout: time.Minute})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("xdotool getmouselocation: exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
@@ -715,7 +715,7 @@ func (h *Handler) windowSize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	re := "^" + regexp.QuoteMeta(name) + "$"
-	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", windowSizeScript, "window_size", re}, Timeout: 20 * time.Second})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", windowSizeScript, "window_size", name, re}, Timeout: 60 * time.Second})
 	if err != nil {
 		h.fail(w, r, "window_size", http.StatusInternalServerError, err)
 		return
@@ -734,7 +734,7 @@ func (h *Handler) windowSize(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) desktopPath(w http.ResponseWriter, r *http.Request) {
 	p := path.Join(h.opts.Home, "Desktop")
-	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", p}, Timeout: 10 * time.Second})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", p}, Timeout: time.Minute})
 	if err != nil {
 		h.fail(w, r, "desktop_path", http.StatusInternalServerError, err)
 		return
@@ -747,7 +747,7 @@ func (h *Handler) desktopPath(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) wallpaper(w http.ResponseWriter, r *http.Request) {
-	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", wallpaperScript}, Timeout: 20 * time.Second})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", wallpaperScript}, Timeout: time.Minute})
 	if err != nil {
 		h.fail(w, r, "wallpaper", http.StatusInternalServerError, err)
 		return

@@ -384,7 +384,7 @@ func TestWindowActionsAlways200(t *testing.T) {
 func TestWindowSize(t *testing.T) {
 	g := newFakeGuest()
 	g.on("window_size", func(c Cmd) (Result, error) {
-		if c.Argv[len(c.Argv)-1] == "^gimp$" {
+		if c.Argv[len(c.Argv)-2] == "gimp" && c.Argv[len(c.Argv)-1] == "^gimp$" {
 			return Result{Stdout: []byte("WINDOW=4194310\nX=0\nY=0\nWIDTH=800\nHEIGHT=600\nSCREEN=0\n")}, nil
 		}
 		return Result{ExitCode: 3}, nil

@@ -59,11 +59,18 @@ w=$(xdotool search --onlyvisible $by "$re" 2>/dev/null | head -n 1)
 if [ "$action" = a ]; then exec xdotool windowactivate "$w"; fi
 exec xdotool windowkill "$w"`
 
-// windowSizeScript prints the size of the first window whose WM_CLASS
-// instance or class is $1 (an anchored, escaped regex; xdotool matches
-// case-insensitively), as xdotool's WIDTH= and HEIGHT= lines; exit 3 when
-// none matches.
-const windowSizeScript = `for w in $(xdotool search --classname "$1" 2>/dev/null; xdotool search --class "$1" 2>/dev/null); do
+// windowSizeScript prints the size of the first managed window whose
+// WM_CLASS instance or class is $1, case-insensitively (OSWorld's server
+// walks _NET_CLIENT_LIST), as xdotool's WIDTH= and HEIGHT= lines; exit 3
+// when none matches. wmctrl -lx lists the managed windows with their
+// class; without it (the desktop image), xdotool's visible windows of that
+// class ($2: an anchored, escaped regex; xdotool matches case-insensitively).
+const windowSizeScript = `if command -v wmctrl >/dev/null 2>&1; then
+	ids=$(wmctrl -lx | awk -v n="$1" '{ split($3, c, "."); if (tolower(c[1]) == tolower(n) || tolower(c[2]) == tolower(n)) print $1 }')
+else
+	ids=$(xdotool search --onlyvisible --classname "$2" 2>/dev/null; xdotool search --onlyvisible --class "$2" 2>/dev/null)
+fi
+for w in $ids; do
 	xdotool getwindowgeometry --shell "$w" 2>/dev/null && exit 0
 done
 exit 3`
