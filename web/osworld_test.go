@@ -1,9 +1,17 @@
 package web
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
 
 // Other listeners (OSWorld's per-VM ports) get the API's rules: a remote
@@ -29,5 +37,27 @@ func TestAuthenticateMiddleware(t *testing.T) {
 		if rec.Code != c.want {
 			t.Errorf("%s %q: %d, want %d", c.remote, c.auth, rec.Code, c.want)
 		}
+	}
+}
+
+// An episode's record carries its VM's OSWorld address while it lasts.
+func TestEpisodeOSWorldAddress(t *testing.T) {
+	farm := vmmtest.New()
+	cfg := pool.Config{HostMemoryMiB: 100000, Pools: []pool.PoolConfig{{Name: "osworld", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 1}}}
+	cfg.SetDefaults()
+	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(vm string) (string, bool) { return "127.0.0.1:40000:40001:40002:40003", vm != "" }
+	srv := httptest.NewServer(NewServer(farm, Options{Pools: pools, Logger: slog.New(slog.DiscardHandler), OSWorldAddress: addr}))
+	t.Cleanup(func() { srv.Close(); pools.Close(); farm.Close() })
+	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{"pool":"osworld"}`)
+	var ep api.Episode
+	if code != http.StatusCreated || json.Unmarshal(b, &ep) != nil || ep.OSWorldAddress != "127.0.0.1:40000:40001:40002:40003" {
+		t.Fatalf("start: %d %s", code, b)
+	}
+	if code, b := send(t, "GET", srv.URL+"/v1/episodes/"+ep.ID, ""); code != http.StatusOK || !strings.Contains(string(b), `"osworld_address":"127.0.0.1:40000`) {
+		t.Fatalf("get: %d %s", code, b)
 	}
 }
