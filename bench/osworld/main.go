@@ -113,6 +113,19 @@ func (c client) task(image string, i int) error {
 	if _, err := c.post("/setup/upload", mw.FormDataContentType(), body.Bytes()); err != nil {
 		return err
 	}
+	if image != "osworld" {
+		// The desktop image has no xdg-open: pcmanfm opens the file with
+		// the application the user's mimeapps.list names.
+		var mb bytes.Buffer
+		mw := multipart.NewWriter(&mb)
+		mw.WriteField("file_path", "/home/user/.config/mimeapps.list")
+		fw, _ := mw.CreateFormFile("file_data", "mimeapps.list")
+		fw.Write([]byte("[Default Applications]\ntext/plain=org.xfce.mousepad.desktop\n"))
+		mw.Close()
+		if _, err := c.post("/setup/upload", mw.FormDataContentType(), mb.Bytes()); err != nil {
+			return err
+		}
+	}
 	term := "lxterminal"
 	if image == "osworld" {
 		term = "xterm"
