@@ -40,6 +40,7 @@ vet:
 
 unit:
 	go test -count=1 -skip 'E2E' ./...
+	python3 -m unittest discover -s python/tests
 
 bench: setup build
 	$(BIN) image build desktop tiny

@@ -4,7 +4,8 @@ import "time"
 
 // StartEpisodeRequest is the body of POST /v1/episodes.
 type StartEpisodeRequest struct {
-	// Pool names the pool; may be omitted when the farm has exactly one.
+	// Pool names the pool; omitted, the farm's first pool (the default
+	// config's "desktop").
 	Pool string `json:"pool"`
 	// TTLS is the lease in seconds; 0 or absent means the pool's default_ttl_s.
 	TTLS float64 `json:"ttl_s,omitempty"`
@@ -50,6 +51,10 @@ type Episode struct {
 	VMReplaced bool `json:"vm_replaced,omitempty"`
 	// ViewerURL is the VM's live view in a browser.
 	ViewerURL string `json:"viewer_url"`
+	// OSWorldAddress is set for VMs that serve OSWorld's in-VM API (image
+	// osworld): "host:server_port:chromium_port:vnc_port:vlc_port", what
+	// an OSWorld provider's get_ip_address returns (package osworld).
+	OSWorldAddress string `json:"osworld_address,omitempty"`
 }
 
 // EpisodeList is the body of GET /v1/episodes.

@@ -2,10 +2,12 @@ package pool
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +67,15 @@ type PoolConfig struct {
 	DefaultTTL Seconds `yaml:"default_ttl_s,omitempty" json:"default_ttl_s"`
 	// MaxTTL bounds ttl_s. Default DefaultMaxTTL.
 	MaxTTL Seconds `yaml:"max_ttl_s,omitempty" json:"max_ttl_s"`
+	// Network is the VMs' network (vmm.CreateOptions.Network): "none"
+	// (default: no route anywhere) or "user" (outbound through QEMU's
+	// user-mode stack).
+	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	// Forwards are guest TCP ports each VM gets a host port for, on the
+	// host's loopback (picked per VM; the VM's record lists them). With
+	// network none the guest still reaches nothing: the forwards ride a
+	// restricted user-mode stack.
+	Forwards []int `yaml:"forwards,omitempty" json:"forwards,omitempty"`
 }
 
 // Seconds is a duration written as a number of seconds.
@@ -80,15 +91,26 @@ const (
 	DefaultMaxTTL   = Seconds(24 * 60 * 60)
 	DefaultPoolName = "desktop"
 	DefaultImage    = "desktop"
+	// OSWorldPoolName is the default config's pool for OSWorld's harness
+	// (package osworld): image osworld at OSWorld's 1920x1080, Chrome's
+	// DevTools (9222) and VLC's web interface (8080) forwarded, no warm VM.
+	OSWorldPoolName = "osworld"
 )
 
-// DefaultConfig is the config without a file: one pool "desktop" of image
-// image (DefaultImage when empty) keeping minWarm VMs warm.
+// osworldPool is the default config's OSWorld pool.
+var osworldPool = PoolConfig{Name: OSWorldPoolName, Image: "osworld", MemoryMiB: 2048, VCPUs: 2,
+	Width: 1920, Height: 1080, Forwards: []int{9222, 8080}}
+
+// DefaultConfig is the config without a file: pool "desktop" of image
+// image (DefaultImage when empty) keeping minWarm VMs warm, first (the pool
+// of an episode that names none), and pool "osworld" with none warm.
 func DefaultConfig(image string, minWarm int) Config {
 	if image == "" {
 		image = DefaultImage
 	}
-	c := Config{Pools: []PoolConfig{{Name: DefaultPoolName, Image: image, MinWarm: minWarm}}}
+	osw := osworldPool
+	osw.Forwards = slices.Clone(osw.Forwards)
+	c := Config{Pools: []PoolConfig{{Name: DefaultPoolName, Image: image, MinWarm: minWarm}, osw}}
 	c.SetDefaults()
 	return c
 }
@@ -201,6 +223,17 @@ func (c Config) Validate() error {
 		if _, err := actions.ParseScreenshotSize(p.ScreenshotSize); err != nil {
 			bad(where+" screenshot_size", "%v (accepted: auto, native, WxH)", err)
 		}
+		if p.Network != "" && p.Network != vmm.NetworkNone && p.Network != vmm.NetworkUser {
+			bad(where+" network", "%q: want %q (default) or %q", p.Network, vmm.NetworkNone, vmm.NetworkUser)
+		}
+		if len(p.Forwards) > vmm.MaxForwards {
+			bad(where+" forwards", "%d forwards; at most %d", len(p.Forwards), vmm.MaxForwards)
+		}
+		for _, g := range p.Forwards {
+			if g < 1 || g > 65535 {
+				bad(where+" forwards", "guest port %d is outside 1..65535", g)
+			}
+		}
 		if p.DefaultTTL <= 0 || p.MaxTTL <= 0 || p.DefaultTTL > p.MaxTTL {
 			bad(where+" default_ttl_s", "%g: must be positive and at most max_ttl_s (%g)", p.DefaultTTL, p.MaxTTL)
 		}
@@ -280,10 +313,25 @@ func (c Config) pool(name string) (PoolConfig, bool) {
 
 // createOptions is what a pool's VMs are made with.
 func (p PoolConfig) createOptions() vmm.CreateOptions {
-	return vmm.CreateOptions{Image: p.Image, MemoryMiB: p.MemoryMiB, VCPUs: p.VCPUs, Width: p.Width, Height: p.Height}
+	o := vmm.CreateOptions{Image: p.Image, MemoryMiB: p.MemoryMiB, VCPUs: p.VCPUs, Width: p.Width, Height: p.Height, Network: p.Network}
+	for _, g := range p.Forwards {
+		o.Forwards = append(o.Forwards, vmm.Forward{GuestPort: g}) // host port picked by vmm
+	}
+	return o
 }
 
 // matches reports whether vm was made to p's spec.
 func (p PoolConfig) matches(vm vmm.VM) bool {
-	return vm.Image == p.Image && vm.MemoryMiB == p.MemoryMiB && vm.VCPUs == p.VCPUs && vm.Width == p.Width && vm.Height == p.Height
+	if vm.Image != p.Image || vm.MemoryMiB != p.MemoryMiB || vm.VCPUs != p.VCPUs || vm.Width != p.Width || vm.Height != p.Height {
+		return false
+	}
+	if net := cmp.Or(p.Network, vmm.NetworkNone); cmp.Or(vm.Network, vmm.NetworkNone) != net || len(vm.Forwards) != len(p.Forwards) {
+		return false
+	}
+	for i, f := range vm.Forwards {
+		if f.GuestPort != p.Forwards[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -69,6 +69,25 @@ func TestDefaultConfigAndOverride(t *testing.T) {
 	if p := c.Pools[0]; p.Name != "desktop" || p.Image != "desktop" || p.MinWarm != 1 {
 		t.Fatalf("default: %+v", p)
 	}
+	// OSWorld's pool: none warm, its VMs made with Chrome's and VLC's ports
+	// forwarded (host ports picked by vmm), and matched by them.
+	osw := c.Pools[1]
+	if osw.Name != "osworld" || osw.MinWarm != 0 || osw.Width != 1920 || osw.Height != 1080 {
+		t.Fatalf("osworld pool: %+v", osw)
+	}
+	o := osw.createOptions()
+	if len(o.Forwards) != 2 || o.Forwards[0] != (vmm.Forward{GuestPort: 9222}) || o.Forwards[1] != (vmm.Forward{GuestPort: 8080}) {
+		t.Fatalf("osworld create options: %+v", o)
+	}
+	vm := vmm.VM{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080, Network: vmm.NetworkNone,
+		Forwards: []vmm.Forward{{GuestPort: 9222, HostPort: 40001}, {GuestPort: 8080, HostPort: 40002}}}
+	if !osw.matches(vm) {
+		t.Fatal("osworld vm does not match its pool")
+	}
+	vm.Forwards = nil
+	if osw.matches(vm) {
+		t.Fatal("a vm without the forwards matches the osworld pool")
+	}
 	if err := c.Override("desktop.min_warm=2"); err != nil {
 		t.Fatal(err)
 	}

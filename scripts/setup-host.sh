@@ -16,7 +16,11 @@ pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 	debootstrap e2fsprogs busybox-static cpio kmod zstd xz-utils ca-certificates
 	chromium
 	# the osworld image's pyautogui is tested on the host under Xvfb
-	xvfb python3-xlib python3-pil)
+	xvfb python3-xlib python3-pil
+	# OSWorld: recordings are encoded on the host (ffmpeg; ffprobe checks
+	# them in tests); the provider package (python/deskfarm_osworld) needs
+	# requests.
+	ffmpeg python3 python3-requests)
 # npm installs noVNC. A machine whose Node.js comes from elsewhere (e.g.
 # NodeSource, which bundles npm and conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/deskfarm/deskfarm/internal/fielderr"
@@ -38,6 +39,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	if err := m.admit(mc); err != nil {
 		return VM{}, err
 	}
+	// admit picked the host ports asked for as 0.
+	c.spec.Meta, c.spec.Forwards = mc.meta, mc.meta.Forwards
 	c.log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs,
 		"accel", m.accel, "start", mc.meta.Start)
 	if err := runSteps(ctx, c.log, c.steps()); err != nil {
@@ -129,8 +132,13 @@ func (c *creation) steps() []step {
 		steps = append(steps,
 			step{name: "wait-display", do: c.waitDisplay},
 			step{name: "wait-agent", do: c.waitAgent},
-			step{name: "snapshot", do: c.snapshot},
 		)
+		if hasNIC(c.opts.Network, c.opts.Forwards) {
+			// Before the snapshot: resets and VMs from this saved state
+			// come back with the NIC configured.
+			steps = append(steps, step{name: "guest-network", do: c.guestNetwork})
+		}
+		steps = append(steps, step{name: "snapshot", do: c.snapshot})
 	}
 	return append(steps, step{name: "mark-ready", do: c.markReady})
 }
@@ -226,6 +234,36 @@ func (c *creation) waitAgent(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.m.cfg.AgentTimeout)
 	defer cancel()
 	return c.mc.agent.waitReady(ctx, c.alive(ctx))
+}
+
+// guestNetworkScript gives the guest's NIC QEMU user-mode networking's
+// fixed address (slirp: guest 10.0.2.15, host and gateway 10.0.2.2, DNS
+// 10.0.2.3) through systemd-networkd, which deskfarm's images keep masked
+// (a VM without network must not wait for it). Static, so no DHCP wait.
+const guestNetworkScript = `set -e
+mkdir -p /run/systemd/network
+printf '[Match]\nName=en* eth*\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\nDNS=10.0.2.3\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' >/run/systemd/network/10-deskfarm.network
+[ -e /etc/resolv.conf ] || echo 'nameserver 10.0.2.3' >/etc/resolv.conf
+systemctl unmask systemd-networkd.service systemd-networkd.socket >/dev/null 2>&1 || true
+systemctl start systemd-networkd.service
+i=0
+until networkctl status 2>/dev/null | grep -q '10\.0\.2\.15'; do
+	i=$((i+1)); [ $i -lt 100 ] || { echo 'no address after 20 s' >&2; exit 1; }
+	sleep 0.2
+done`
+
+// guestNetwork configures the guest's NIC (see guestNetworkScript). An
+// image without systemd-networkd keeps an unconfigured NIC: logged, not
+// fatal, as the VM is otherwise usable.
+func (c *creation) guestNetwork(ctx context.Context) error {
+	res, err := c.mc.agent.exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", guestNetworkScript}, Timeout: 60 * time.Second})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	if err != nil {
+		c.log.Warn("guest network not configured: forwards will not reach the guest", "op", "create", "err", err)
+	}
+	return nil
 }
 
 // clock sets the guest clock, which stood still while the guest was paused

@@ -123,6 +123,11 @@ type domainSpec struct {
 func (s domainSpec) netdevArg() string {
 	var b strings.Builder
 	b.WriteString("user,id=deskfarm-net0")
+	if s.Network != NetworkUser {
+		// Forwards without network: the guest's packets to anywhere but
+		// the forwards' connections are dropped by QEMU's slirp.
+		b.WriteString(",restrict=on")
+	}
 	for _, f := range s.Forwards {
 		fmt.Fprintf(&b, ",hostfwd=tcp:127.0.0.1:%d-:%d", f.HostPort, f.GuestPort)
 	}
@@ -180,7 +185,7 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
   {{- else}}
   <seclabel type='none'/>
   {{- end}}
-  {{- if eq .Network "user"}}
+  {{- if .NIC}}
   <qemu:commandline>
     <qemu:arg value='-netdev'/>
     <qemu:arg value='{{x .NetdevArg}}'/>
@@ -202,7 +207,10 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
 // host without either, seclabel is none and QEMU is confined by its user
 // and the file modes alone.
 //
-// Network: none by default, the guest sees no NIC. User mode is QEMU's
+// Network: none by default, the guest sees no NIC; none with forwards gets
+// a NIC on a restricted user-mode stack (restrict=on: only the forwards'
+// connections pass, the guest reaches neither the host nor beyond). User
+// mode is QEMU's
 // slirp passed as extra arguments: libvirt 9.0's own <interface
 // type='user'> cannot forward ports without passt, which Debian 12 lacks.
 // The NIC gets the last PCI slot of the pc machine's bus, 0x1f: libvirt
@@ -220,7 +228,8 @@ func domainXML(s domainSpec) (string, error) {
 		domainSpec
 		MetaXML   string
 		NetdevArg string
-	}{s, meta, s.netdevArg()})
+		NIC       bool
+	}{s, meta, s.netdevArg(), hasNIC(s.Network, s.Forwards)})
 	if err != nil {
 		return "", fmt.Errorf("render domain xml for %s: %w", s.Name, err)
 	}

@@ -108,6 +108,12 @@ func TestDomainXMLNetwork(t *testing.T) {
 	if !reflect.DeepEqual(args, want) {
 		t.Fatalf("qemu args %q, want %q", args, want)
 	}
+	// Forwards without network: the same NIC, its stack restricted.
+	spec.Network = NetworkNone
+	v = renderView(t, spec)
+	if len(v.Args) != 4 || v.Args[1].Value != "user,id=deskfarm-net0,restrict=on,hostfwd=tcp:127.0.0.1:19222-:9222,hostfwd=tcp:127.0.0.1:18080-:8080" {
+		t.Fatalf("network none with forwards: %+v", v.Args)
+	}
 }
 
 // On a host with AppArmor or SELinux each QEMU gets a dynamic sVirt label;

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"image"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -324,10 +325,12 @@ func validateNetwork(opts *CreateOptions) error {
 	}
 	switch opts.Network {
 	case NetworkNone:
-		if len(opts.Forwards) > 0 {
-			return fielderr.Newf("forwards", ErrInvalid, "port forwards need network %q", NetworkUser)
+		if len(opts.Forwards) == 0 {
+			return nil
 		}
-		return nil
+		// Forwards without network: a NIC whose user-mode stack is
+		// restricted (restrict=on), so the forwards reach in and the guest
+		// reaches nothing out (domainSpec.netdevArg).
 	case NetworkUser:
 	default:
 		return fielderr.Newf("network", ErrInvalid, "%q: want %q (default) or %q", opts.Network, NetworkNone, NetworkUser)
@@ -341,7 +344,11 @@ func validateNetwork(opts *CreateOptions) error {
 		if f.GuestPort < 1 || f.GuestPort > 65535 {
 			return fielderr.Newf(field+".guest_port", ErrInvalid, "%d is outside 1..65535", f.GuestPort)
 		}
-		// Ports below 1024 would need deskfarm's privileges to stay bound by QEMU.
+		// Ports below 1024 would need deskfarm's privileges to stay bound by
+		// QEMU. 0 asks vmm for a free one (admit).
+		if f.HostPort == 0 {
+			continue
+		}
 		if f.HostPort < 1024 || f.HostPort > 65535 {
 			return fielderr.Newf(field+".host_port", ErrInvalid, "%d is outside 1024..65535", f.HostPort)
 		}
@@ -359,6 +366,9 @@ func validateNetwork(opts *CreateOptions) error {
 func (m *Manager) admit(mc *machine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.pickPortsLocked(mc); err != nil {
+		return err
+	}
 	for i, f := range mc.meta.Forwards {
 		for _, o := range m.vms {
 			if o.dead.Load() {
@@ -432,7 +442,7 @@ func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	// A saved state holds the guest's devices: a VM with a NIC cannot load
 	// one without, and the other way round. Forwards are host-side only.
 	net := ""
-	if opts.Network == NetworkUser {
+	if hasNIC(opts.Network, opts.Forwards) {
 		net = "-net"
 	}
 	name := fmt.Sprintf("%s-%s-%dm-%dc-%dx%d-%s%s.qcow2", img.Name, hash, opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel, net)
@@ -1019,4 +1029,48 @@ func macModel(capsXML string) string {
 		}
 	}
 	return ""
+}
+
+// hasNIC says whether a VM gets a NIC: with user networking, or with
+// forwards (restricted user networking under NetworkNone).
+func hasNIC(network string, forwards []Forward) bool {
+	return network == NetworkUser || len(forwards) > 0
+}
+
+// pickPortsLocked gives each forward with host port 0 a free loopback port
+// that no other VM forwards. The kernel picks it (listen on port 0), and it
+// is free until QEMU binds it: a race with other host programs only, which
+// QEMU's start then reports.
+func (m *Manager) pickPortsLocked(mc *machine) error {
+	taken := map[int]bool{}
+	for _, o := range m.vms {
+		for _, of := range o.meta.Forwards {
+			taken[of.HostPort] = true
+		}
+	}
+	for _, f := range mc.meta.Forwards {
+		taken[f.HostPort] = true
+	}
+	for i := range mc.meta.Forwards {
+		if mc.meta.Forwards[i].HostPort != 0 {
+			continue
+		}
+		for try := 0; ; try++ {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return fmt.Errorf("pick a host port for forwards[%d]: %w", i, err)
+			}
+			port := ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			if !taken[port] && port >= 1024 {
+				taken[port] = true
+				mc.meta.Forwards[i].HostPort = port
+				break
+			}
+			if try > 100 {
+				return fmt.Errorf("pick a host port for forwards[%d]: no free port", i)
+			}
+		}
+	}
+	return nil
 }

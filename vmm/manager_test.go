@@ -512,7 +512,6 @@ func TestNetworkOptions(t *testing.T) {
 		field string
 	}{
 		{CreateOptions{Network: "bridge"}, "network"},
-		{CreateOptions{Forwards: []Forward{{GuestPort: 9222, HostPort: 19222}}}, "forwards"},
 		{CreateOptions{Network: NetworkUser, Forwards: []Forward{{GuestPort: 0, HostPort: 19222}}}, "forwards[0].guest_port"},
 		{CreateOptions{Network: NetworkUser, Forwards: []Forward{{GuestPort: 22, HostPort: 80}}}, "forwards[0].host_port"},
 		{CreateOptions{Network: NetworkUser, Forwards: []Forward{{GuestPort: 1, HostPort: 2000}, {GuestPort: 2, HostPort: 2000}}}, "forwards[1].host_port"},
@@ -541,6 +540,29 @@ func TestNetworkOptions(t *testing.T) {
 	}
 	if plain.Network != NetworkNone || plain.Start != StartBoot {
 		t.Fatalf("vm without network %+v (must not start from a networked VM's saved state)", plain)
+	}
+	// Forwards without network, host ports picked by vmm: distinct,
+	// unprivileged, and not another VM's.
+	fwd := CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Forwards: []Forward{{GuestPort: 9222}, {GuestPort: 8080}}}
+	a, err := f.m.Create(ctx, fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.m.Create(ctx, fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[int]bool{19222: true}
+	for _, v := range []VM{a, b} {
+		if v.Network != NetworkNone || len(v.Forwards) != 2 {
+			t.Fatalf("vm %+v", v)
+		}
+		for _, fw := range v.Forwards {
+			if fw.HostPort < 1024 || ports[fw.HostPort] {
+				t.Fatalf("picked host port %d (taken: %v)", fw.HostPort, ports)
+			}
+			ports[fw.HostPort] = true
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 // initEpisodes wires the pools and metrics of opts into s.
 func (s *server) initEpisodes(opts Options) {
 	s.pools = opts.Pools
+	s.osworld = opts.OSWorldAddress
 	s.registry = opts.Metrics
 	if s.registry == nil {
 		s.registry = prometheus.NewRegistry()
@@ -76,7 +77,11 @@ func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM))
+	out := apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM))
+	if s.osworld != nil && ep.State != pool.EpisodeEnded {
+		out.OSWorldAddress, _ = s.osworld(ep.VM)
+	}
+	return out
 }
 
 func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
@@ -88,9 +93,11 @@ func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if body.Pool == "" {
+		// The config's first pool: the only one, or the default config's
+		// "desktop" beside its "osworld".
 		pools := s.pools.Config().Pools
-		if len(pools) != 1 {
-			return invalidf("pool", "required: this farm has %d pools (GET /v1/pools)", len(pools))
+		if len(pools) == 0 {
+			return invalidf("pool", "required: this farm has no pools (GET /v1/pools)")
 		}
 		body.Pool = pools[0].Name
 	}

@@ -74,6 +74,9 @@ type Options struct {
 	NoVNCDir string
 	// Pools serves /v1/episodes and /v1/pools; nil answers them with 501.
 	Pools *pool.Manager
+	// OSWorldAddress gives a VM's OSWorld address for episode records
+	// (api.Episode.OSWorldAddress); nil or false leaves it out.
+	OSWorldAddress func(vm string) (string, bool)
 	// Metrics is served at /metrics, with the API's latency histograms
 	// added; nil means a registry of the API's metrics only.
 	Metrics *prometheus.Registry
@@ -90,6 +93,7 @@ type server struct {
 	viewers *viewerLimits
 	// Pools and metrics (episodes.go).
 	pools    *pool.Manager
+	osworld  func(vm string) (string, bool)
 	registry *prometheus.Registry
 	met      *webMetrics
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/osworld"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
 	"github.com/spf13/cobra"
@@ -230,6 +231,18 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	if pf, ok := farm.(pooledFarm); ok {
 		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
 	}
+	// OSWorld's in-VM API: a port per osworld VM on the API's host, with
+	// the API's authentication.
+	ports := &osworld.Ports{Farm: farm, Desks: desks, Host: listenHost(ln.Addr()), Wrap: web.Authenticate(opts), Log: log}
+	portsCtx, stopPorts := context.WithCancel(context.Background())
+	portsDone := make(chan struct{})
+	go func() {
+		defer close(portsDone)
+		if err := ports.Run(portsCtx); err != nil {
+			log.Error("osworld ports", "op", "serve", "err", err)
+		}
+	}()
+	opts.OSWorldAddress = ports.Address
 	api := web.NewServer(farm, opts)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -274,12 +287,23 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 			srv.Close()
 		}
 	}
+	stopPorts()
+	<-portsDone
 	desks.Close()
 	if err := closeFarm(); err != nil {
 		errs = append(errs, fmt.Errorf("close farm: %w", err))
 	}
 	log.Info("stopped", "op", "serve")
 	return errors.Join(errs...)
+}
+
+// listenHost is the IP the API listens on, for the listeners that follow
+// its rules.
+func listenHost(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok && tcp.IP != nil {
+		return tcp.IP.String()
+	}
+	return "127.0.0.1"
 }
 
 // waitTimeout waits for wg up to d and reports whether it finished.

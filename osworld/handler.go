@@ -1,0 +1,859 @@
+package osworld
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image/png"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// Defaults of Options.
+const (
+	// DefaultExecTimeout is /execute's timeout when the request names none
+	// (subprocess.run's timeout=120 in OSWorld's server).
+	DefaultExecTimeout = 120 * time.Second
+	// DefaultOpenTimeout bounds /setup/open_file's wait for the window.
+	// OSWorld's server waits up to 1800 s; a document that has no window
+	// after 10 minutes under TCG is not coming.
+	DefaultOpenTimeout = 10 * time.Minute
+	// openPoll is how often /setup/open_file looks for the window (1 s in
+	// OSWorld's server).
+	openPoll = time.Second
+	// maxUpload bounds a /setup/upload body: the guest agent's file limit.
+	maxUpload = vmm.MaxFileSize
+)
+
+// Options configures NewHandler. Zero values take the defaults noted.
+type Options struct {
+	// VM names the VM in logs.
+	VM string
+	// User and Home are the desktop user; default DefaultUser, DefaultHome.
+	User, Home string
+	// OpenTimeout bounds /setup/open_file; default DefaultOpenTimeout.
+	OpenTimeout time.Duration
+	// Recorder encodes /start_recording's video; default an FFmpeg with
+	// its defaults.
+	Recorder *FFmpeg
+	// Log receives structured logs (keys vm, op). Default slog.Default().
+	Log *slog.Logger
+	// Playback, when set, is offered each /execute command first: an
+	// agent's pyautogui code (["python", "-c", "import pyautogui; ..."])
+	// that is only input calls, sleeps, imports and comments can be played
+	// on the host as VNC input, faster and settled (package actions'
+	// translator does the parsing). It reports whether it played the
+	// command; false runs it in the guest as usual. An error after input
+	// was sent still answers 200 (OSWorld retries anything else, which
+	// would repeat the input): it reports played true and the error, which
+	// becomes the answer's "error" with returncode 1.
+	Playback func(ctx context.Context, argv []string) (played bool, err error)
+}
+
+// Handler serves OSWorld's in-VM routes for one VM.
+type Handler struct {
+	g    Guest
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+	rec  *recording
+}
+
+// NewHandler returns the OSWorld handler of one VM.
+func NewHandler(g Guest, opts Options) *Handler {
+	if opts.User == "" {
+		opts.User = DefaultUser
+	}
+	if opts.Home == "" {
+		opts.Home = DefaultHome
+	}
+	if opts.OpenTimeout == 0 {
+		opts.OpenTimeout = DefaultOpenTimeout
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = &FFmpeg{}
+	}
+	h := &Handler{g: g, opts: opts, log: opts.Log, mux: http.NewServeMux()}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	h.rec = &recording{enc: opts.Recorder}
+	for _, r := range []struct {
+		pattern string
+		fn      http.HandlerFunc
+	}{
+		{"GET /screenshot", h.screenshot},
+		{"POST /screen_size", h.screenSize},
+		{"POST /execute", h.execute},
+		{"POST /setup/execute", h.execute},
+		{"POST /run_python", h.runPython},
+		{"POST /run_bash_script", h.runBashScript},
+		{"POST /file", h.file},
+		{"POST /setup/upload", h.upload},
+		{"POST /setup/launch", h.launch},
+		{"POST /setup/open_file", h.openFile},
+		{"POST /setup/activate_window", h.windowAction("a")},
+		{"POST /setup/close_window", h.windowAction("c")},
+		{"POST /setup/change_wallpaper", h.changeWallpaper},
+		{"GET /accessibility", h.accessibility},
+		{"GET /terminal", h.terminal},
+		{"GET /cursor_position", h.cursorPosition},
+		{"POST /window_size", h.windowSize},
+		{"POST /desktop_path", h.desktopPath},
+		{"POST /wallpaper", h.wallpaper},
+		{"POST /list_directory", h.listDirectory},
+		{"GET /platform", h.platform},
+		{"POST /start_recording", h.startRecording},
+		{"POST /end_recording", h.endRecording},
+	} {
+		h.mux.HandleFunc(r.pattern, r.fn)
+	}
+	return h
+}
+
+// ServeHTTP serves one OSWorld request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close stops a recording in progress and removes its files.
+func (h *Handler) Close() { h.rec.abort() }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"status":"error","message":"encode answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeText(w http.ResponseWriter, status int, s string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8") // Flask's default for a str
+	w.WriteHeader(status)
+	io.WriteString(w, s)
+}
+
+type errorBody struct {
+	Status  string `json:"status"`
+	Message string `json:"message"`
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, op string, status int, err error) {
+	h.log.Warn("osworld request failed", "vm", h.opts.VM, "op", op, "path", r.URL.Path, "status", status, "err", err)
+	writeJSON(w, status, errorBody{"error", err.Error()})
+}
+
+// readJSON reads a JSON object body; OSWorld's routes read request.json,
+// which a missing or non-JSON body turns into an error before the route
+// runs.
+func readJSON(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%w: read body: %w", ErrBadRequest, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: body: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (h *Handler) screenshot(w http.ResponseWriter, r *http.Request) {
+	b, err := h.g.Screenshot(r.Context())
+	if err != nil {
+		h.fail(w, r, "screenshot", http.StatusServiceUnavailable, err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/png")
+	w.Header().Set("Content-Disposition", `inline; filename=screenshot.png`)
+	w.Write(b)
+}
+
+func (h *Handler) screenSize(w http.ResponseWriter, r *http.Request) {
+	f, err := h.g.Frames(r.Context())
+	if err != nil {
+		h.fail(w, r, "screen_size", http.StatusInternalServerError, err)
+		return
+	}
+	b := f.Snapshot().Bounds()
+	writeJSON(w, http.StatusOK, map[string]int{"width": b.Dx(), "height": b.Dy()})
+}
+
+// execResult is /execute's success body.
+type execResult struct {
+	Status     string `json:"status"`
+	Output     string `json:"output"`
+	Error      string `json:"error"`
+	ReturnCode int    `json:"returncode"`
+}
+
+func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		h.fail(w, r, "execute", http.StatusBadRequest, err)
+		return
+	}
+	c, err := parseCommand(body, h.opts.Home)
+	if err != nil {
+		// OSWorld's server raises inside its try (subprocess.run of a bad
+		// command): a 500 with status error.
+		h.fail(w, r, "execute", http.StatusInternalServerError, err)
+		return
+	}
+	if h.opts.Playback != nil {
+		played, err := h.opts.Playback(r.Context(), c.Argv)
+		if played {
+			res := execResult{Status: "success"}
+			if err != nil {
+				res.Error, res.ReturnCode = err.Error()+"\n", 1
+			}
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+	}
+	timeout := DefaultExecTimeout
+	if c.Timeout > 0 {
+		timeout = time.Duration(c.Timeout * float64(time.Second))
+	}
+	res, err := h.g.Run(r.Context(), Cmd{Argv: c.Argv, Timeout: timeout})
+	if err != nil {
+		h.fail(w, r, "execute", http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, execResult{"success", string(res.Stdout), string(res.Stderr), res.ExitCode})
+}
+
+func randomName() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// runPythonResult is /run_python's body.
+type runPythonResult struct {
+	Status     string  `json:"status"`
+	Message    string  `json:"message"`
+	NeedMore   bool    `json:"need_more"`
+	Output     *string `json:"output"`
+	Error      string  `json:"error"`
+	ReturnCode *int    `json:"return_code,omitempty"`
+}
+
+func (h *Handler) runPython(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Code string `json:"code"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		h.fail(w, r, "run_python", http.StatusBadRequest, err)
+		return
+	}
+	if req.Code == "" {
+		writeJSON(w, http.StatusBadRequest, errorBody{"error", "Code not supplied!"})
+		return
+	}
+	file := "/tmp/python_exec_" + randomName() + ".py"
+	if err := h.g.WriteFile(r.Context(), file, []byte(req.Code)); err != nil {
+		writeJSON(w, http.StatusInternalServerError, runPythonResult{Status: "error", Message: "Execution error: " + err.Error(), Error: err.Error()})
+		return
+	}
+	defer h.g.Run(context.WithoutCancel(r.Context()), Cmd{Argv: []string{"rm", "-f", file}, Timeout: time.Minute})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/usr/bin/python3", file}, Timeout: time.Minute})
+	if errors.Is(err, vmm.ErrTimeout) {
+		writeJSON(w, http.StatusInternalServerError, runPythonResult{Status: "error",
+			Message: "Execution timeout: Code took too long to execute", Error: "TimeoutExpired"})
+		return
+	}
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, runPythonResult{Status: "error", Message: "Execution error: " + err.Error(), Error: err.Error()})
+		return
+	}
+	out, errOut := string(res.Stdout), string(res.Stderr)
+	msg := out
+	if errOut != "" {
+		if out != "" {
+			msg += "\n"
+		}
+		msg += errOut
+	}
+	status := "success"
+	if res.ExitCode != 0 {
+		status = "error"
+		if errOut == "" {
+			errOut = fmt.Sprintf("Process exited with code %d", res.ExitCode)
+			if msg != "" {
+				msg += "\n"
+			}
+			msg += errOut
+		}
+	}
+	rc := res.ExitCode
+	writeJSON(w, http.StatusOK, runPythonResult{Status: status, Message: msg, Output: &out, Error: errOut, ReturnCode: &rc})
+}
+
+// bashResult is /run_bash_script's body.
+type bashResult struct {
+	Status     string `json:"status"`
+	Output     string `json:"output"`
+	Error      string `json:"error"`
+	ReturnCode int    `json:"returncode"`
+}
+
+// runBashScript is osworld-server's fixed /run_bash_script (OSWorld main's
+// answers 500 always: it calls an undefined _append_event).
+func (h *Handler) runBashScript(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Script     string   `json:"script"`
+		Timeout    *float64 `json:"timeout"`
+		WorkingDir string   `json:"working_dir"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		h.fail(w, r, "run_bash_script", http.StatusBadRequest, err)
+		return
+	}
+	if req.Script == "" {
+		writeJSON(w, http.StatusBadRequest, bashResult{"error", "Script not supplied!", "", -1})
+		return
+	}
+	timeout := 100.0
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	dir := ""
+	if req.WorkingDir != "" {
+		dir = expandPath(req.WorkingDir, h.opts.User, h.opts.Home)
+		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", dir}, Timeout: time.Minute})
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
+			return
+		}
+		if res.ExitCode != 0 {
+			writeJSON(w, http.StatusBadRequest, bashResult{"error", "Working directory does not exist: " + dir, "", -1})
+			return
+		}
+	}
+	script := req.Script
+	if !strings.Contains(script, "#!/bin/bash") {
+		script = "#!/bin/bash\n\n" + script
+	}
+	file := "/tmp/deskfarm_script_" + randomName() + ".sh"
+	if err := h.g.WriteFile(r.Context(), file, []byte(script)); err != nil {
+		writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
+		return
+	}
+	defer h.g.Run(context.WithoutCancel(r.Context()), Cmd{Argv: []string{"rm", "-f", file}, Timeout: time.Minute})
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/bash", file}, Dir: dir, MergeStderr: true,
+		Timeout: time.Duration(timeout * float64(time.Second))})
+	if errors.Is(err, vmm.ErrTimeout) {
+		writeJSON(w, http.StatusInternalServerError, bashResult{"error", fmt.Sprintf("Script execution timed out after %v seconds", pyNum(timeout)), "", -1})
+		return
+	}
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
+		return
+	}
+	status := "success"
+	if res.ExitCode != 0 {
+		status = "error"
+	}
+	writeJSON(w, http.StatusOK, bashResult{status, string(res.Stdout), "", res.ExitCode})
+}
+
+// pyNum formats a number as Python's str() of the JSON value would: 100
+// for an int, 2.5 for a float.
+func pyNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// formValue reads a form field from an urlencoded or multipart body, as
+// Flask's request.form.
+func formValue(r *http.Request, key string) (string, bool) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "multipart/form-data" {
+		if err := r.ParseMultipartForm(32 << 20); err != nil {
+			return "", false
+		}
+	} else if err := r.ParseForm(); err != nil {
+		return "", false
+	}
+	if r.PostForm == nil {
+		return "", false
+	}
+	v, ok := r.PostForm[key]
+	if !ok || len(v) == 0 {
+		return "", false
+	}
+	return v[0], true
+}
+
+// exists tells whether a guest path exists (0), names a program (4) or
+// neither (3), as the desktop user sees it.
+func (h *Handler) exists(ctx context.Context, p string) (int, error) {
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", existsScript, "exists", p}, Timeout: time.Minute})
+	if err != nil {
+		return 0, err
+	}
+	return res.ExitCode, nil
+}
+
+func (h *Handler) file(w http.ResponseWriter, r *http.Request) {
+	p, ok := formValue(r, "file_path")
+	if !ok {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "file_path is required"})
+		return
+	}
+	p = absGuestPath(expandPath(p, h.opts.User, h.opts.Home), h.opts.Home)
+	code, err := h.exists(r.Context(), p)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to serve file: " + err.Error()})
+		return
+	}
+	if code != 0 {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "File not found"})
+		return
+	}
+	b, err := h.g.ReadFile(r.Context(), p)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to serve file: " + err.Error()})
+		return
+	}
+	sendFile(w, path.Base(p), "", b)
+}
+
+// sendFile answers as Flask's send_file(as_attachment=True).
+func sendFile(w http.ResponseWriter, name, ctype string, b []byte) {
+	if ctype == "" {
+		ctype = mime.TypeByExtension(path.Ext(name))
+	}
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
+}
+
+func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxUpload+1<<20)
+	if err := r.ParseMultipartForm(32 << 20); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "file_path and file_data are required"})
+		return
+	}
+	p := r.FormValue("file_path")
+	f, _, err := r.FormFile("file_data")
+	if p == "" || err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "file_path and file_data are required"})
+		return
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})
+		return
+	}
+	p = absGuestPath(expandPath(p, h.opts.User, h.opts.Home), h.opts.Home)
+	if err := h.g.WriteFile(r.Context(), p, data); err != nil {
+		h.log.Warn("osworld upload failed", "vm", h.opts.VM, "op", "upload", "path", p, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})
+		return
+	}
+	writeText(w, http.StatusOK, fmt.Sprintf("File Uploaded: %d bytes", len(data)))
+}
+
+func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		h.fail(w, r, "launch", http.StatusBadRequest, err)
+		return
+	}
+	c, err := parseCommand(body, h.opts.Home)
+	if err != nil {
+		h.fail(w, r, "launch", http.StatusInternalServerError, err)
+		return
+	}
+	if c.Argv[0] != "/bin/sh" {
+		// Popen of a missing program raises: check before detaching, where
+		// the failure would be lost.
+		if code, err := h.exists(r.Context(), c.Argv[0]); err != nil {
+			h.fail(w, r, "launch", http.StatusInternalServerError, err)
+			return
+		} else if code == 3 {
+			h.fail(w, r, "launch", http.StatusInternalServerError, fmt.Errorf("[Errno 2] No such file or directory: '%s'", c.Argv[0]))
+			return
+		}
+	}
+	argv := append([]string{"/bin/sh", "-c", launchScript, "launch"}, c.Argv...)
+	res, err := h.g.Run(r.Context(), Cmd{Argv: argv, Timeout: time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("launch %s: exit %d: %s", c.Text, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	if err != nil {
+		h.fail(w, r, "launch", http.StatusInternalServerError, err)
+		return
+	}
+	writeText(w, http.StatusOK, c.Text+" launched successfully")
+}
+
+func (h *Handler) windows(ctx context.Context) ([]window, error) {
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	return parseWindows(string(res.Stdout)), nil
+}
+
+func (h *Handler) openFile(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Path string `json:"path"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		h.fail(w, r, "open_file", http.StatusBadRequest, err)
+		return
+	}
+	if req.Path == "" {
+		writeText(w, http.StatusBadRequest, "Path not supplied!")
+		return
+	}
+	p := expandPath(req.Path, h.opts.User, h.opts.Home)
+	code, err := h.exists(r.Context(), p)
+	if err != nil {
+		writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to open %s. Error: %v", req.Path, err))
+		return
+	}
+	var name, stem string
+	var argv []string
+	switch code {
+	case 0:
+		p = absGuestPath(p, h.opts.Home)
+		name = path.Base(p)
+		stem = strings.TrimSuffix(name, path.Ext(name))
+		argv = []string{"/bin/sh", "-c", openScript, "open", p}
+	case 4:
+		name, stem = req.Path, req.Path
+		argv = []string{"/bin/sh", "-c", launchScript, "launch", req.Path}
+	default:
+		writeText(w, http.StatusNotFound, "Application/file not found: "+req.Path)
+		return
+	}
+	if res, err := h.g.Run(r.Context(), Cmd{Argv: argv, Timeout: 30 * time.Second}); err != nil || res.ExitCode != 0 {
+		if err == nil {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		}
+		writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to open %s. Error: %v", req.Path, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.OpenTimeout)
+	defer cancel()
+	start := time.Now()
+	for {
+		ws, err := h.windows(ctx)
+		if err == nil {
+			if win, ok := matchOpened(ws, name, stem); ok {
+				h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", activateIDScript, "activate", win.ID}, Timeout: time.Minute})
+				h.log.Info("osworld file opened", "vm", h.opts.VM, "op", "open_file", "path", p, "window", win.Title, "wait", time.Since(start).Round(time.Millisecond))
+				writeText(w, http.StatusOK, "File opened and window activated successfully")
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to find window for %s within %v seconds.", name, h.opts.OpenTimeout.Seconds()))
+			return
+		case <-time.After(openPoll):
+		}
+	}
+}
+
+// windowBody is activate_window's and close_window's body.
+type windowBody struct {
+	WindowName *string `json:"window_name"`
+	Strict     bool    `json:"strict"`
+	ByClass    bool    `json:"by_class"`
+}
+
+// windowAction is /setup/activate_window (a) and /setup/close_window (c):
+// wmctrl's -a/-c, whose outcome OSWorld's server ignores: always 200 once
+// the request names a window.
+func (h *Handler) windowAction(action string) http.HandlerFunc {
+	op, done := "activate_window", "Window activated successfully"
+	if action == "c" {
+		op, done = "close_window", "Window closed successfully."
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req windowBody
+		if err := readJSON(r, &req); err != nil {
+			h.fail(w, r, op, http.StatusBadRequest, err)
+			return
+		}
+		if req.WindowName == nil || (action == "a" && *req.WindowName == "") {
+			writeText(w, http.StatusBadRequest, "window_name required")
+			return
+		}
+		flags := ""
+		if req.ByClass {
+			flags += "x"
+		}
+		if req.Strict {
+			flags += "F"
+		}
+		re := regexp.QuoteMeta(*req.WindowName)
+		if req.Strict {
+			re = "^" + re + "$"
+		}
+		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", windowActionScript, op, action, flags, *req.WindowName, re}, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			h.log.Info("osworld window action had no effect", "vm", h.opts.VM, "op", op, "window", *req.WindowName, "err", err, "exit", res.ExitCode)
+		}
+		writeText(w, http.StatusOK, done)
+	}
+}
+
+func (h *Handler) changeWallpaper(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Path string `json:"path"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		h.fail(w, r, "change_wallpaper", http.StatusBadRequest, err)
+		return
+	}
+	if req.Path == "" {
+		writeText(w, http.StatusBadRequest, "Path not supplied!")
+		return
+	}
+	p := absGuestPath(expandPath(req.Path, h.opts.User, h.opts.Home), h.opts.Home)
+	if code, err := h.exists(r.Context(), p); err != nil || code == 3 || code == 4 {
+		if err != nil {
+			writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to change wallpaper. Error: %v", err))
+			return
+		}
+		writeText(w, http.StatusNotFound, "File not found: "+p)
+		return
+	}
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", setWallpaperScript, "wallpaper", p}, Timeout: time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	if err != nil {
+		writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to change wallpaper. Error: %v", err))
+		return
+	}
+	writeText(w, http.StatusOK, "Wallpaper changed successfully")
+}
+
+// a11y runs a11y.py in the guest with one mode.
+func (h *Handler) a11y(ctx context.Context, mode string) ([]byte, error) {
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"python3", "-", mode}, Stdin: a11yScript, Timeout: 60 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		msg := strings.TrimSpace(string(res.Stderr))
+		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+			msg = msg[i+1:] // the exception line of the traceback
+		}
+		return nil, fmt.Errorf("accessibility %s: exit %d: %s", mode, res.ExitCode, msg)
+	}
+	return res.Stdout, nil
+}
+
+func (h *Handler) accessibility(w http.ResponseWriter, r *http.Request) {
+	out, err := h.a11y(r.Context(), "tree")
+	if err != nil {
+		h.fail(w, r, "accessibility", http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"AT": string(out)})
+}
+
+func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
+	out, err := h.a11y(r.Context(), "terminal")
+	if err != nil {
+		h.fail(w, r, "terminal", http.StatusInternalServerError, err)
+		return
+	}
+	var v struct {
+		Output *string `json:"output"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		h.fail(w, r, "terminal", http.StatusInternalServerError, fmt.Errorf("terminal helper output: %w", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Output *string `json:"output"`
+		Status string  `json:"status"`
+	}{v.Output, "success"})
+}
+
+// parseShellVars reads KEY=VALUE lines (xdotool's --shell output).
+func parseShellVars(out string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func (h *Handler) cursorPosition(w http.ResponseWriter, r *http.Request) {
+	// The pointer may have been moved inside the guest (pyautogui in a
+	// setup step, xdotool): ask X, not what the host last sent.
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"xdotool", "getmouselocation", "--shell"}, Timeout: time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("xdotool getmouselocation: exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	if err != nil {
+		h.fail(w, r, "cursor_position", http.StatusInternalServerError, err)
+		return
+	}
+	v := parseShellVars(string(res.Stdout))
+	x, errX := strconv.Atoi(v["X"])
+	y, errY := strconv.Atoi(v["Y"])
+	if errX != nil || errY != nil {
+		h.fail(w, r, "cursor_position", http.StatusInternalServerError, fmt.Errorf("xdotool getmouselocation: unexpected output %q", res.Stdout))
+		return
+	}
+	writeJSON(w, http.StatusOK, []int{x, y})
+}
+
+func (h *Handler) windowSize(w http.ResponseWriter, r *http.Request) {
+	name, ok := formValue(r, "app_class_name")
+	if !ok {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "app_class_name is required"})
+		return
+	}
+	re := "^" + regexp.QuoteMeta(name) + "$"
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", windowSizeScript, "window_size", name, re}, Timeout: 60 * time.Second})
+	if err != nil {
+		h.fail(w, r, "window_size", http.StatusInternalServerError, err)
+		return
+	}
+	v := parseShellVars(string(res.Stdout))
+	wd, errW := strconv.Atoi(v["WIDTH"])
+	ht, errH := strconv.Atoi(v["HEIGHT"])
+	if res.ExitCode != 0 || errW != nil || errH != nil {
+		// OSWorld's view returns None when no window matches, which Flask
+		// answers with a 500.
+		h.fail(w, r, "window_size", http.StatusInternalServerError, fmt.Errorf("no window of class %q", name))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"width": wd, "height": ht})
+}
+
+func (h *Handler) desktopPath(w http.ResponseWriter, r *http.Request) {
+	p := path.Join(h.opts.Home, "Desktop")
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", p}, Timeout: time.Minute})
+	if err != nil {
+		h.fail(w, r, "desktop_path", http.StatusInternalServerError, err)
+		return
+	}
+	if res.ExitCode != 0 {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "Unsupported operating system or desktop path not found"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"desktop_path": p})
+}
+
+func (h *Handler) wallpaper(w http.ResponseWriter, r *http.Request) {
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"/bin/sh", "-c", wallpaperScript}, Timeout: time.Minute})
+	if err != nil {
+		h.fail(w, r, "wallpaper", http.StatusInternalServerError, err)
+		return
+	}
+	p := strings.TrimSpace(string(res.Stdout))
+	if res.ExitCode != 0 || p == "" {
+		writeText(w, http.StatusNotFound, "Wallpaper file not found")
+		return
+	}
+	b, err := h.g.ReadFile(r.Context(), p)
+	if err != nil {
+		writeText(w, http.StatusInternalServerError, "Unable to serve the wallpaper file")
+		return
+	}
+	sendFile(w, path.Base(p), "image/png", b)
+}
+
+func (h *Handler) listDirectory(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Path *string `json:"path"`
+	}
+	if err := readJSON(r, &req); err != nil {
+		h.fail(w, r, "list_directory", http.StatusBadRequest, err)
+		return
+	}
+	if req.Path == nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "Missing 'path' parameter"})
+		return
+	}
+	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"python3", "-", *req.Path}, Stdin: []byte(listDirScript), Timeout: 60 * time.Second})
+	if err != nil {
+		h.fail(w, r, "list_directory", http.StatusInternalServerError, err)
+		return
+	}
+	if res.ExitCode == 3 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "The provided path is not a directory"})
+		return
+	}
+	if res.ExitCode != 0 || !json.Valid(res.Stdout) {
+		h.fail(w, r, "list_directory", http.StatusInternalServerError, fmt.Errorf("list %s: exit %d: %s", *req.Path, res.ExitCode, strings.TrimSpace(string(res.Stderr))))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]json.RawMessage{"directory_tree": res.Stdout})
+}
+
+func (h *Handler) platform(w http.ResponseWriter, r *http.Request) {
+	writeText(w, http.StatusOK, "Linux")
+}
+
+func (h *Handler) startRecording(w http.ResponseWriter, r *http.Request) {
+	f, err := h.g.Frames(r.Context())
+	if err != nil {
+		h.fail(w, r, "start_recording", http.StatusInternalServerError, err)
+		return
+	}
+	if err := h.rec.start(f, h.log.With("vm", h.opts.VM)); err != nil {
+		if errors.Is(err, errRecording) {
+			writeJSON(w, http.StatusBadRequest, errorBody{"error", "Recording is already in progress."})
+			return
+		}
+		h.fail(w, r, "start_recording", http.StatusInternalServerError, fmt.Errorf("Failed to start recording. %w", err))
+		return
+	}
+	h.log.Info("osworld recording started", "vm", h.opts.VM, "op", "start_recording")
+	writeJSON(w, http.StatusOK, errorBody{"success", "Started recording successfully."})
+}
+
+func (h *Handler) endRecording(w http.ResponseWriter, r *http.Request) {
+	b, err := h.rec.stop(r.Context())
+	if errors.Is(err, errNotRecording) {
+		writeJSON(w, http.StatusBadRequest, errorBody{"error", "No recording in progress to stop."})
+		return
+	}
+	if err != nil {
+		h.fail(w, r, "end_recording", http.StatusInternalServerError, err)
+		return
+	}
+	h.log.Info("osworld recording ended", "vm", h.opts.VM, "op", "end_recording", "bytes", len(b))
+	sendFile(w, "recording.mp4", "video/mp4", b)
+}
+
+// pngSize reads a PNG's dimensions (tests and the benchmark).
+func pngSize(b []byte) (int, int, error) {
+	cfg, err := png.DecodeConfig(bytes.NewReader(b))
+	return cfg.Width, cfg.Height, err
+}
+
+var pngEncode = png.Encode

@@ -1,0 +1,71 @@
+package osworld
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestShlexSplit(t *testing.T) {
+	// Expected values are what Python 3.11's shlex.split returns for each
+	// input (run by hand on the host's python3).
+	for in, want := range map[string]string{
+		`ls -l ~/a`:               "ls|-l|~/a",
+		`echo 'a b' "c d"`:        "echo|a b|c d",
+		`a\ b c`:                  "a b|c",
+		`"x\"y" 'p\q'`:            `x"y|p\q`,
+		`"a\qb"`:                  `a\qb`,
+		`  spaced   out  `:        "spaced|out",
+		`python -c "print('hi')"`: "python|-c|print('hi')",
+		`x""y`:                    "xy",
+		`''`:                      "",
+	} {
+		got, err := shlexSplit(in)
+		if err != nil || strings.Join(got, "|") != want {
+			t.Errorf("shlexSplit(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{`"open`, `'open`, `trailing\`} {
+		if _, err := shlexSplit(bad); err == nil {
+			t.Errorf("shlexSplit(%q): no error", bad)
+		}
+	}
+}
+
+func TestExpandPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"~":               "/home/user",
+		"~/Desktop/a.txt": "/home/user/Desktop/a.txt",
+		"$HOME/x":         "/home/user/x",
+		"${HOME}/x/$USER": "/home/user/x/user",
+		"$HOMEDIR/x":      "$HOMEDIR/x",
+		"/tmp/~/a":        "/tmp/~/a",
+	} {
+		if got := expandPath(in, "user", "/home/user"); got != want {
+			t.Errorf("expandPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseWindows(t *testing.T) {
+	// Hand-written in the formats of wmctrl -l (id, desktop, host, title)
+	// and of windowsScript's xdotool branch.
+	ws := parseWindows("wmctrl\n0x01a00003 -1 deskfarm pcmanfm\n0x02400006  0 deskfarm  report.docx - LibreOffice Writer\n0x02600001  0 N/A \n")
+	if len(ws) != 3 || ws[1].ID != "0x02400006" || ws[1].Title != " report.docx - LibreOffice Writer" || ws[2].Title != "" {
+		t.Errorf("wmctrl: %q", ws)
+	}
+	if w, ok := matchOpened(ws, "report.docx", "report"); !ok || w.ID != "0x02400006" {
+		t.Errorf("match %v %v", w, ok)
+	}
+	ws = parseWindows("xdotool\n4194310\tTerminal - user@deskfarm: ~\n")
+	if len(ws) != 1 || ws[0].ID != "4194310" || ws[0].Title != "Terminal - user@deskfarm: ~" {
+		t.Errorf("xdotool: %q", ws)
+	}
+}
+
+func TestUserArgv(t *testing.T) {
+	argv := userArgv("user", "/home/user", Cmd{Argv: []string{"python", "-c", "x"}, Dir: "/w", MergeStderr: true})
+	s := strings.Join(argv, "|")
+	if !strings.HasPrefix(s, "/usr/sbin/runuser|-u|user|--|/usr/bin/env|-i|HOME=/home/user|") || !strings.HasSuffix(s, "|deskfarm-session|/w|1|python|-c|x") {
+		t.Errorf("argv %q", argv)
+	}
+}

@@ -1,0 +1,206 @@
+"""DeskfarmProvider, DeskfarmVMManager and the OSWorld patches (register)."""
+
+import functools
+import logging
+import os
+import threading
+import time
+
+import requests
+
+log = logging.getLogger("deskfarm_osworld")
+
+PROVIDER_NAME = "deskfarm"
+
+try:  # OSWorld's base classes when OSWorld is importable; plain objects otherwise.
+    from desktop_env.providers.base import Provider as _Provider, VMManager as _VMManager
+except Exception:  # noqa: BLE001 - any import failure means "no OSWorld here"
+    _Provider, _VMManager = object, object
+
+
+class Client:
+    """deskfarm's HTTP API, the few calls the provider makes."""
+
+    def __init__(self, url=None, token=None, timeout=600):
+        self.url = (url or os.environ.get("DESKFARM_URL") or "http://127.0.0.1:8080").rstrip("/")
+        self.token = token if token is not None else os.environ.get("DESKFARM_TOKEN", "")
+        self.timeout = timeout
+        self.session = requests.Session()
+
+    def _call(self, method, path, body=None):
+        headers = {}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        r = self.session.request(method, self.url + path, json=body, headers=headers, timeout=self.timeout)
+        if r.status_code >= 300:
+            raise RuntimeError("deskfarm %s %s: %d %s" % (method, path, r.status_code, r.text.strip()))
+        return r.json() if r.content else None
+
+    def start_episode(self, pool, ttl_s):
+        return self._call("POST", "/v1/episodes", {"pool": pool, "ttl_s": ttl_s})
+
+    def episode(self, episode_id):
+        return self._call("GET", "/v1/episodes/" + episode_id)
+
+    def end_episode(self, episode_id):
+        return self._call("DELETE", "/v1/episodes/" + episode_id)
+
+    def reset_vm(self, vm_id):
+        return self._call("POST", "/v1/vms/%s/reset" % vm_id)
+
+
+class DeskfarmProvider(_Provider):
+    """An OSWorld Provider over one deskfarm episode at a time."""
+
+    def __init__(self, region=None, client=None, pool=None, ttl_s=None, ready_timeout=300):
+        self.region = region
+        self.client = client or Client()
+        self.pool = pool or os.environ.get("DESKFARM_POOL", "osworld")
+        self.ttl_s = float(ttl_s or os.environ.get("DESKFARM_TTL_S", 6 * 3600))
+        self.ready_timeout = ready_timeout
+        self.episode = None
+
+    def start_emulator(self, path_to_vm, headless=True, os_type=None, *args, **kwargs):
+        """Lease a VM of the pool, once: DesktopEnv calls this after every
+        revert too, and the leased VM is still ours then."""
+        if self.episode is not None:
+            return
+        ep = self.client.start_episode(self.pool, self.ttl_s)
+        log.info("deskfarm episode %s on vm %s (warm=%s)", ep.get("id"), ep.get("vm"), ep.get("warm"))
+        self.episode = ep
+        try:
+            self._wait_ready()
+        except Exception:
+            self.stop_emulator(path_to_vm)
+            raise
+
+    def _wait_ready(self):
+        # The per-VM ports open once deskfarm has the VM ready; then its
+        # OSWorld server answers /screenshot (as the docker provider waits).
+        deadline = time.monotonic() + self.ready_timeout
+        while not self.episode.get("osworld_address"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("deskfarm episode %s has no osworld_address (is the pool's image osworld?)" % self.episode["id"])
+            time.sleep(0.5)
+            self.episode = self.client.episode(self.episode["id"])
+        host, server = self.episode["osworld_address"].split(":")[:2]
+        url = "http://%s:%s/screenshot" % (host, server)
+        while True:
+            try:
+                if requests.get(url, timeout=10).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("deskfarm vm %s: %s not answering" % (self.episode["vm"], url))
+            time.sleep(1)
+
+    def get_ip_address(self, path_to_vm):
+        """OSWorld's "host:server_port:chromium_port:vnc_port:vlc_port"."""
+        if self.episode is None:
+            raise RuntimeError("no deskfarm episode: start_emulator first")
+        return self.episode["osworld_address"]
+
+    def save_state(self, path_to_vm, snapshot_name):
+        raise NotImplementedError("deskfarm VMs have one snapshot, their ready state")
+
+    def revert_to_snapshot(self, path_to_vm, snapshot_name):
+        """Reset the leased VM in place to its ready snapshot; the path (and
+        the address) stay the same, so return None."""
+        if self.episode is None:
+            return None
+        start = time.monotonic()
+        self.client.reset_vm(self.episode["vm"])
+        log.info("deskfarm vm %s reset in %.2fs", self.episode["vm"], time.monotonic() - start)
+        return None
+
+    def stop_emulator(self, path_to_vm, region=None, *args, **kwargs):
+        """End the episode: deskfarm resets the VM and returns it to the pool."""
+        ep, self.episode = self.episode, None
+        if ep is not None:
+            self.client.end_episode(ep["id"])
+
+
+class DeskfarmVMManager(_VMManager):
+    """No registry: deskfarm's pools hold the VMs (like docker's manager)."""
+
+    checked_and_cleaned = True
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def initialize_registry(self, **kwargs):
+        pass
+
+    def add_vm(self, vm_path, **kwargs):
+        pass
+
+    def delete_vm(self, vm_path, **kwargs):
+        pass
+
+    def occupy_vm(self, vm_path, pid, **kwargs):
+        pass
+
+    def list_free_vms(self, **kwargs):
+        return []
+
+    def check_and_clean(self, **kwargs):
+        pass
+
+    def get_vm_path(self, os_type=None, region=None, screen_size=None, **kwargs):
+        # DesktopEnv only passes this back to the provider.
+        return "deskfarm:" + os.environ.get("DESKFARM_POOL", "osworld")
+
+
+_registered = False
+_lock = threading.Lock()
+_building = threading.local()
+
+
+def register():
+    """Make DesktopEnv(provider_name="deskfarm") work: patch OSWorld's
+    provider factory and DesktopEnv.__init__ (see the package docstring).
+    Idempotent; needs OSWorld's desktop_env importable."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        import desktop_env.desktop_env as env_mod
+        import desktop_env.providers as providers
+
+        original = providers.create_vm_manager_and_provider
+
+        @functools.wraps(original)
+        def create_vm_manager_and_provider(provider_name, region=None, *args, **kwargs):
+            name = str(provider_name).lower().strip()
+            if name == PROVIDER_NAME or (getattr(_building, "deskfarm", False) and name == "docker"):
+                return DeskfarmVMManager(), DeskfarmProvider(region)
+            return original(provider_name, region, *args, **kwargs)
+
+        providers.create_vm_manager_and_provider = create_vm_manager_and_provider
+        env_mod.create_vm_manager_and_provider = create_vm_manager_and_provider
+
+        cls = env_mod.DesktopEnv
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            args = list(args)
+            given = kwargs.get("provider_name", args[0] if args else "vmware")
+            if str(given).lower().strip() != PROVIDER_NAME:
+                return init(self, *args, **kwargs)
+            # Built as docker is: a clean start, and no path expansion.
+            if "provider_name" in kwargs:
+                kwargs["provider_name"] = "docker"
+            else:
+                args[0] = "docker"
+            _building.deskfarm = True
+            try:
+                init(self, *args, **kwargs)
+            finally:
+                _building.deskfarm = False
+            self.provider_name = PROVIDER_NAME
+
+        cls.__init__ = __init__
+        _registered = True
+        log.info("deskfarm_osworld: provider %r registered (patched create_vm_manager_and_provider and DesktopEnv.__init__)", PROVIDER_NAME)

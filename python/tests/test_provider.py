@@ -1,0 +1,193 @@
+"""Tests of deskfarm_osworld against a tiny in-process fake of deskfarm's
+API (and of one VM's OSWorld port), making DesktopEnv's calls in
+DesktopEnv's order. Run: python3 -m unittest discover -s python/tests
+"""
+
+import json
+import os
+import sys
+import threading
+import types
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import deskfarm_osworld  # noqa: E402
+from deskfarm_osworld import Client, DeskfarmProvider  # noqa: E402
+
+
+class FakeDeskfarm:
+    """deskfarm's episode API plus one VM's OSWorld /screenshot, on one port."""
+
+    def __init__(self):
+        self.calls = []
+        self.episodes = {}
+        self.polls_before_address = 2
+        fake = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, body, ctype="application/json"):
+                b = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+            def _body(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n)) if n else None
+
+            def do_POST(self):
+                fake.calls.append(("POST", self.path, self._body(), self.headers.get("Authorization")))
+                if self.path == "/v1/episodes":
+                    ep = {"id": "ep1", "vm": "vm1", "pool": "osworld", "state": "active", "warm": True}
+                    fake.episodes["ep1"] = ep
+                    return self._send(201, ep)
+                if self.path == "/v1/vms/vm1/reset":
+                    return self._send(200, {"reset_seconds": 0.4})
+                self._send(404, {"error": "no"})
+
+            def do_GET(self):
+                fake.calls.append(("GET", self.path, None, self.headers.get("Authorization")))
+                if self.path == "/v1/episodes/ep1":
+                    ep = dict(fake.episodes["ep1"])
+                    if fake.polls_before_address > 0:
+                        fake.polls_before_address -= 1
+                    else:
+                        ep["osworld_address"] = "127.0.0.1:%d:41001:41002:41003" % fake.port
+                    fake.episodes["ep1"] = ep
+                    return self._send(200, ep)
+                if self.path == "/screenshot":
+                    return self._send(200, b"\x89PNG\r\n\x1a\n", "image/png")
+                self._send(404, {"error": "no"})
+
+            def do_DELETE(self):
+                fake.calls.append(("DELETE", self.path, None, self.headers.get("Authorization")))
+                if self.path == "/v1/episodes/ep1":
+                    return self._send(200, dict(fake.episodes["ep1"], state="ended"))
+                self._send(404, {"error": "no"})
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+    def api_calls(self):
+        return [(m, p) for m, p, _, _ in self.calls if p != "/screenshot"]
+
+
+class ProviderTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeDeskfarm()
+        self.addCleanup(self.fake.close)
+        client = Client(url="http://127.0.0.1:%d" % self.fake.port, token="tok")
+        self.p = DeskfarmProvider(client=client, pool="osworld", ttl_s=3600)
+
+    def test_desktop_env_call_order(self):
+        path = "deskfarm:osworld"
+        # DesktopEnv.__init__ -> _start_emulator: start, then the address.
+        self.p.start_emulator(path, True, "Ubuntu")
+        addr = self.p.get_ip_address(path)
+        self.assertEqual(addr, "127.0.0.1:%d:41001:41002:41003" % self.fake.port)
+        fields = addr.split(":")
+        self.assertEqual(len(fields), 5)  # DesktopEnv reads exactly five
+        # reset() of a used env: revert (in place: None), then start again.
+        self.assertIsNone(self.p.revert_to_snapshot(path, "init_state"))
+        self.p.start_emulator(path, True, "Ubuntu")
+        self.assertEqual(self.p.get_ip_address(path), addr)
+        # close()
+        self.p.stop_emulator(path)
+        self.assertEqual(self.fake.api_calls(), [
+            ("POST", "/v1/episodes"),
+            ("GET", "/v1/episodes/ep1"), ("GET", "/v1/episodes/ep1"), ("GET", "/v1/episodes/ep1"),
+            ("POST", "/v1/vms/vm1/reset"),
+            ("DELETE", "/v1/episodes/ep1"),
+        ])
+        start = self.fake.calls[0]
+        self.assertEqual(start[2], {"pool": "osworld", "ttl_s": 3600.0})
+        self.assertEqual(start[3], "Bearer tok")
+        # A second stop (DesktopEnv's cleanup after a failure) does nothing.
+        self.p.stop_emulator(path)
+        self.assertEqual(len(self.fake.api_calls()), 6)
+
+    def test_refused_start_raises(self):
+        client = Client(url="http://127.0.0.1:%d/nothing-here" % self.fake.port)
+        p = DeskfarmProvider(client=client)
+        with self.assertRaises(RuntimeError):
+            p.start_emulator("x", True, "Ubuntu")
+        self.assertIsNone(p.episode)
+
+
+class RegisterTest(unittest.TestCase):
+    """register() against a stand-in of OSWorld's two modules, shaped as
+    OSWorld's are: a factory that raises for unknown names and an __init__
+    that raises ValueError outside its hard-coded sets."""
+
+    def setUp(self):
+        pkg = types.ModuleType("desktop_env")
+        pkg.__path__ = []
+        providers = types.ModuleType("desktop_env.providers")
+
+        def create_vm_manager_and_provider(provider_name, region, use_proxy=False):
+            if provider_name == "docker":
+                return "docker-manager", "docker-provider"
+            raise NotImplementedError(provider_name)
+
+        providers.create_vm_manager_and_provider = create_vm_manager_and_provider
+        env_mod = types.ModuleType("desktop_env.desktop_env")
+        env_mod.create_vm_manager_and_provider = create_vm_manager_and_provider
+
+        class DesktopEnv:
+            def __init__(self, provider_name="vmware", region=None, path_to_vm=None):
+                self.provider_name = provider_name
+                self.manager, self.provider = env_mod.create_vm_manager_and_provider(provider_name, region, use_proxy=False)
+                if provider_name in {"docker", "aws"}:
+                    self.is_environment_used = False
+                elif provider_name in {"vmware", "virtualbox"}:
+                    self.is_environment_used = True
+                else:
+                    raise ValueError(provider_name)
+
+        env_mod.DesktopEnv = DesktopEnv
+        self.mods = {"desktop_env": pkg, "desktop_env.providers": providers, "desktop_env.desktop_env": env_mod}
+        self.saved = {k: sys.modules.get(k) for k in self.mods}
+        sys.modules.update(self.mods)
+        self.addCleanup(self.restore)
+        deskfarm_osworld.provider._registered = False
+
+    def restore(self):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+        deskfarm_osworld.provider._registered = False
+
+    def test_register_patches_both_places(self):
+        env_cls = self.mods["desktop_env.desktop_env"].DesktopEnv
+        with self.assertRaises(NotImplementedError):
+            env_cls(provider_name="deskfarm")
+        deskfarm_osworld.register()
+        deskfarm_osworld.register()  # idempotent
+        env = env_cls(provider_name="deskfarm")
+        self.assertEqual(env.provider_name, "deskfarm")
+        self.assertFalse(env.is_environment_used)  # a clean start, as docker
+        self.assertIsInstance(env.provider, DeskfarmProvider)
+        env2 = env_cls("deskfarm")  # positional, as some callers pass it
+        self.assertIsInstance(env2.provider, DeskfarmProvider)
+        # Other providers are untouched.
+        self.assertEqual(env_cls(provider_name="docker").provider, "docker-provider")
+        _, p = self.mods["desktop_env.providers"].create_vm_manager_and_provider("deskfarm", None)
+        self.assertIsInstance(p, DeskfarmProvider)
+
+
+if __name__ == "__main__":
+    unittest.main()
