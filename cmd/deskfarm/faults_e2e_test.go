@@ -328,7 +328,7 @@ func testAgentNeverAnswers(t *testing.T, f *faultFarm) {
 func testQEMUKilled(t *testing.T, f *faultFarm) {
 	ep := f.start(t)
 	t.Cleanup(func() { f.c.EndEpisode(context.Background(), ep.ID) })
-	f.act(t, ep.ID, `{"action":"left_click","coordinate":[200,200]}`)
+	f.act(t, ep.ID, `{"kind":"click","x":200,"y":200}`)
 	vm, err := f.c.GetVM(context.Background(), ep.VM)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func testQEMUKilled(t *testing.T, f *faultFarm) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		text := strings.Repeat("the quick brown fox ", 15) // 300 characters
-		_, err := f.c.Act(ctx, client.Episode(ep.ID), api.ActionsRequest{Action: []byte(`{"action":"type","text":"` + text + `"}`)})
+		_, err := f.c.Act(ctx, client.Episode(ep.ID), api.ActionsRequest{Action: []byte(`{"kind":"type","text":"` + text + `"}`)})
 		errc <- err
 	}()
 	time.Sleep(1500 * time.Millisecond)
@@ -428,7 +428,7 @@ func testLibvirtdRestart(t *testing.T, f *faultFarm) {
 	if strings.TrimSpace(out) != "after-restart" {
 		t.Errorf("exec after libvirtd restarted: %q", out)
 	}
-	res := f.act(t, ep.ID, `{"action":"type","text":"hi"}`)
+	res := f.act(t, ep.ID, `{"kind":"type","text":"hi"}`)
 	if res.Executed != 1 {
 		t.Errorf("type after libvirtd restarted: executed %d", res.Executed)
 	}
@@ -518,7 +518,7 @@ func testServeKilled(t *testing.T, f *faultFarm) {
 	if out := f.exec(t, ep.ID, 10*time.Second, "cat", "/run/mark"); strings.TrimSpace(out) != ep.ID {
 		t.Errorf("after serve restarted, /run/mark in episode %s's guest holds %q; want %q (same VM, not reset)", ep.ID, out, ep.ID)
 	}
-	if res := f.act(t, ep.ID, `{"action":"key","text":"Return"}`); res.Executed != 1 {
+	if res := f.act(t, ep.ID, `{"kind":"key","keys":["Return"]}`); res.Executed != 1 {
 		t.Errorf("key after serve restarted: executed %d", res.Executed)
 	}
 
