@@ -134,6 +134,7 @@ func (f *figures) unexpectedf(verbose bool, format string, args ...any) {
 type sample struct {
 	proc       farmproc.Proc
 	goroutines int
+	heapMiB    float64 // go_memstats_heap_inuse_bytes: Go's share of RSS
 	vms        int
 }
 
@@ -354,6 +355,7 @@ func run(o options) (ok bool, err error) {
 	if pid != 0 {
 		row("RSS growth", fmt.Sprintf("%+.1f MiB (%.1f → %.1f MiB)", float64(after.proc.RSSKiB-rssStart)/1024, float64(rssStart)/1024, float64(after.proc.RSSKiB)/1024))
 	}
+	row("Go heap in use", fmt.Sprintf("%.1f → %.1f MiB", before.heapMiB, after.heapMiB))
 	row("VMs before → after", fmt.Sprintf("%d → %d", before.vms, after.vms))
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "error codes answered: %s\n", codes(fig.byCode))
@@ -436,6 +438,11 @@ func measure(ctx context.Context, c *client.Client, base string, pid int) (sampl
 	if s.goroutines, err = farmproc.Goroutines(ctx, base); err != nil {
 		return s, err
 	}
+	heap, err := farmproc.Metric(ctx, base, "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return s, err
+	}
+	s.heapMiB = heap / (1 << 20)
 	vms, err := c.ListVMs(ctx)
 	s.vms = len(vms)
 	return s, err
@@ -471,7 +478,7 @@ func episode(ctx context.Context, c *client.Client, base string, o options, r *r
 	fig.mu.Unlock()
 
 	lost := false
-	unexpectedBefore := func() int { fig.mu.Lock(); defer fig.mu.Unlock(); return fig.unexpected }()
+	mine := 0 // this episode's unexpected answers
 	for range n {
 		o1 := ops[r.IntN(len(ops))]
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -490,8 +497,10 @@ func episode(ctx context.Context, c *client.Client, base string, o options, r *r
 		switch {
 		case code == api.CodeEpisodeNotFound || code == api.CodeEpisodeEnded:
 			lost = true
+			mine++
 			fig.unexpectedf(o.verbose, "%s on episode %s (VM %s): the lease is gone: %v", o1.name, ep.ID, ep.VM, err)
 		case !o1.accepts(err):
+			mine++
 			fig.unexpectedf(o.verbose, "%s on episode %s (VM %s): %v", o1.name, ep.ID, ep.VM, err)
 		}
 		if lost || ctx.Err() != nil {
@@ -519,7 +528,7 @@ func episode(ctx context.Context, c *client.Client, base string, o options, r *r
 		fig.unexpected++
 	case end.VMReplaced:
 		fig.replaced++
-	case fig.unexpected == unexpectedBefore && !lost:
+	case mine == 0 && !lost:
 		fig.clean++
 	}
 	if lost {

@@ -251,6 +251,13 @@ func ReadProc(pid int) (Proc, error) {
 // Goroutines reads the go_goroutines gauge of the server's /metrics (the
 // Go collector serve registers).
 func Goroutines(ctx context.Context, baseURL string) (int, error) {
+	v, err := Metric(ctx, baseURL, "go_goroutines")
+	return int(v), err
+}
+
+// Metric reads one unlabelled series of the server's /metrics, e.g.
+// go_goroutines or go_memstats_heap_inuse_bytes.
+func Metric(ctx context.Context, baseURL, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
 	if err != nil {
 		return 0, err
@@ -266,12 +273,11 @@ func Goroutines(ctx context.Context, baseURL string) (int, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int(f), err
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return 0, errors.New("GET /metrics: no go_goroutines gauge")
+	return 0, fmt.Errorf("GET /metrics: no %s series", name)
 }
 
 // Domains returns the names of the libvirt domains (running or defined)
