@@ -12,6 +12,7 @@ type Kind string
 // The action kinds, one per concrete Action type.
 const (
 	KindMove           Kind = "move"
+	KindMoveBy         Kind = "move_by"
 	KindButtonDown     Kind = "button_down"
 	KindButtonUp       Kind = "button_up"
 	KindClick          Kind = "click"
@@ -26,13 +27,15 @@ const (
 	KindScreenshot     Kind = "screenshot"
 	KindZoom           Kind = "zoom"
 	KindCursorPosition Kind = "cursor_position"
+	KindClipboardGet   Kind = "clipboard_get"
+	KindClipboardSet   Kind = "clipboard_set"
 )
 
 // Kinds lists every action kind.
 var Kinds = []Kind{
-	KindMove, KindButtonDown, KindButtonUp, KindClick, KindDrag, KindScroll,
+	KindMove, KindMoveBy, KindButtonDown, KindButtonUp, KindClick, KindDrag, KindScroll,
 	KindKey, KindKeyDown, KindKeyUp, KindHoldKey, KindType, KindWait,
-	KindScreenshot, KindZoom, KindCursorPosition,
+	KindScreenshot, KindZoom, KindCursorPosition, KindClipboardGet, KindClipboardSet,
 }
 
 func kindNames() []string {
@@ -47,8 +50,9 @@ func kindNames() []string {
 type Button string
 
 // Mouse buttons. Back and forward (X buttons 8 and 9) are part of the model,
-// but Display carries only RFB buttons 1-7, so the executor refuses them with
-// ErrUnsupportedButton.
+// but QEMU 7.2's VNC server drops them (ui/vnc.c pointer_event maps only
+// buttons 1-5), so the executor clicks them through GuestInput and refuses
+// them with ErrUnsupportedButton when it has none.
 const (
 	ButtonLeft    Button = "left"
 	ButtonMiddle  Button = "middle"
@@ -104,6 +108,9 @@ const (
 	MaxZoomPixels = 4 << 20
 	// MaxChordKeys bounds the keys of one chord.
 	MaxChordKeys = 8
+	// MaxClipboardBytes bounds the text of clipboard_set: it travels to the
+	// guest through its agent, whose messages are bounded too.
+	MaxClipboardBytes = 1 << 20
 )
 
 // Action is one step of the neutral action model: the vocabulary every
@@ -128,6 +135,10 @@ type Action interface {
 
 // Move moves the pointer to To. Held buttons stay held (a manual drag).
 type Move struct{ To Point }
+
+// MoveBy moves the pointer by (DX, DY) screenshot pixels from where it is
+// (pyautogui's moveRel), clamped to the screen. Held buttons stay held.
+type MoveBy struct{ DX, DY int }
 
 // ButtonDown presses Button (default left) at At, or where the pointer is.
 // The button stays pressed across Run calls until a ButtonUp.
@@ -189,15 +200,22 @@ type HoldKey struct {
 	Duration time.Duration
 }
 
-// TypeText types Text as key events, one key per character on a US layout
-// (see KeyForRune): printable ASCII exactly as given, \n (and \r\n, and a
-// lone \r) as Return, \t as Tab, up to MaxTextRunes characters. Shift_L is
-// pressed around each run of characters that need it and released before the
-// next character that does not, because QEMU takes Shift from the modifier
-// state rather than from the keysym. Other characters are refused before
-// anything is typed (ErrUntypable). The guest must use a US layout with Caps
-// Lock off; a Shift the agent holds with key_down makes lower-case letters
-// upper-case.
+// TypeText types Text, up to MaxTextRunes characters of any script.
+//
+// Text that is all printable ASCII, \n (and \r\n, and a lone \r) as Return
+// and \t as Tab goes over the display as key events, one key per character
+// on a US layout (see KeyForRune). Shift_L is pressed around each run of
+// characters that need it and released before the next character that does
+// not, because QEMU takes Shift from the modifier state rather than from the
+// keysym. The guest must use a US layout with Caps Lock off; a Shift the
+// agent holds with key_down makes lower-case letters upper-case.
+//
+// Text with any other character goes whole through the executor's
+// GuestInput (QEMU's VNC keysym table cannot type it: it truncates keysyms
+// to 16 bits and looks them up in the en-us keymap, ui/vnc.c key_event), so
+// the order of its characters is exactly as given. Without GuestInput such
+// text is refused before anything is typed (ErrUntypable). Control
+// characters other than \n, \r and \t and invalid UTF-8 are always refused.
 type TypeText struct{ Text string }
 
 // Wait waits Duration (whole milliseconds, 1 ms to MaxDuration).
@@ -218,7 +236,16 @@ type Zoom struct {
 // coordinates.
 type CursorPosition struct{}
 
+// ClipboardGet reads the guest desktop's clipboard (the CLIPBOARD selection)
+// into Result.Clipboard. It needs the executor's GuestInput.
+type ClipboardGet struct{}
+
+// ClipboardSet sets the guest desktop's clipboard to Text (any Unicode, up to
+// MaxClipboardBytes). It needs the executor's GuestInput.
+type ClipboardSet struct{ Text string }
+
 func (Move) Kind() Kind           { return KindMove }
+func (MoveBy) Kind() Kind         { return KindMoveBy }
 func (ButtonDown) Kind() Kind     { return KindButtonDown }
 func (ButtonUp) Kind() Kind       { return KindButtonUp }
 func (Click) Kind() Kind          { return KindClick }
@@ -233,8 +260,11 @@ func (Wait) Kind() Kind           { return KindWait }
 func (Screenshot) Kind() Kind     { return KindScreenshot }
 func (Zoom) Kind() Kind           { return KindZoom }
 func (CursorPosition) Kind() Kind { return KindCursorPosition }
+func (ClipboardGet) Kind() Kind   { return KindClipboardGet }
+func (ClipboardSet) Kind() Kind   { return KindClipboardSet }
 
 func (Move) isAction()           {}
+func (MoveBy) isAction()         {}
 func (ButtonDown) isAction()     {}
 func (ButtonUp) isAction()       {}
 func (Click) isAction()          {}
@@ -249,11 +279,13 @@ func (Wait) isAction()           {}
 func (Screenshot) isAction()     {}
 func (Zoom) isAction()           {}
 func (CursorPosition) isAction() {}
+func (ClipboardGet) isAction()   {}
+func (ClipboardSet) isAction()   {}
 
 // observation reports whether a only looks at the screen.
 func observation(a Action) bool {
 	switch a.(type) {
-	case Screenshot, Zoom, CursorPosition:
+	case Screenshot, Zoom, CursorPosition, ClipboardGet:
 		return true
 	}
 	return false
@@ -261,6 +293,19 @@ func observation(a Action) bool {
 
 // Validate checks the position.
 func (a Move) Validate() error { return checkPoint("", &a.To) }
+
+// Validate checks the offset is within a screen's reach.
+func (a MoveBy) Validate() error {
+	for _, v := range []struct {
+		f string
+		v int
+	}{{"dx", a.DX}, {"dy", a.DY}} {
+		if v.v < -1e6 || v.v > 1e6 {
+			return fieldErr(v.f, ErrOutOfBounds, fmt.Sprintf("%d is off any screen", v.v))
+		}
+	}
+	return nil
+}
 
 // Validate checks the position and the button.
 func (a ButtonDown) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
@@ -322,7 +367,10 @@ func (a KeyUp) Validate() error { return checkKeys(a.Keys) }
 // Validate checks the keys and the duration.
 func (a HoldKey) Validate() error { return firstErr(checkKeys(a.Keys), checkDuration(a.Duration)) }
 
-// Validate checks the text is non-empty, at most MaxTextRunes and typable.
+// Validate checks the text is non-empty, at most MaxTextRunes, valid UTF-8
+// and free of control characters other than \n, \r and \t. Whether the
+// executor can type it (ASCII over the display, anything else through
+// GuestInput) is checked when it plans the action.
 func (a TypeText) Validate() error {
 	if a.Text == "" {
 		return fieldErr("text", nil, "type needs non-empty text")
@@ -330,8 +378,23 @@ func (a TypeText) Validate() error {
 	if n := utf8.RuneCountInString(a.Text); n > MaxTextRunes {
 		return limitErr("text", MaxTextRunes, fmt.Sprintf("at most %d characters, got %d; split the text over several type actions", MaxTextRunes, n))
 	}
-	if err := checkTypable(a.Text); err != nil {
+	if err := checkText(a.Text); err != nil {
 		return withPrefix("text", err)
+	}
+	return nil
+}
+
+// Validate accepts any clipboard_get.
+func (ClipboardGet) Validate() error { return nil }
+
+// Validate checks the text is valid UTF-8 and at most MaxClipboardBytes. An
+// empty text empties the clipboard.
+func (a ClipboardSet) Validate() error {
+	if len(a.Text) > MaxClipboardBytes {
+		return limitErr("text", MaxClipboardBytes, fmt.Sprintf("at most %d bytes, got %d", MaxClipboardBytes, len(a.Text)))
+	}
+	if !utf8.ValidString(a.Text) {
+		return fieldErr("text", nil, "must be valid UTF-8")
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"log/slog"
+	"time"
 )
 
 // capturer takes settled screenshots for one Run: it settles only when input
@@ -14,6 +16,11 @@ type capturer struct {
 	opts  RunOptions
 	res   *Result
 	dirty bool // input sent (or time waited) since the last settle
+
+	activity GuestActivity // nil: the screen alone decides
+	idle     float64       // guest utilisation that counts as idle
+	now      func() time.Time
+	log      *slog.Logger
 }
 
 // settle waits for the screen to reflect the input and go quiet. Without
@@ -23,13 +30,23 @@ func (c *capturer) settle(ctx context.Context) error {
 		c.dirty = false
 		return nil
 	}
-	quiet := c.opts.quiet()
-	if !c.dirty {
-		quiet = 0
+	quiet, max := c.opts.quiet(), c.opts.max()
+	var (
+		d        time.Duration
+		timedOut bool
+		err      error
+	)
+	if c.dirty && c.activity != nil && !c.opts.NoGuestSettle {
+		d, timedOut, err = c.settleGuest(ctx, quiet, max)
+	} else {
+		if !c.dirty {
+			quiet = 0 // nothing sent since the last settle: a fresh frame will do
+		}
+		d, err = c.d.Settle(ctx, quiet, max)
+		timedOut = d >= max
 	}
-	d, err := c.d.Settle(ctx, quiet, c.opts.max())
 	c.res.Settle += d
-	if d >= c.opts.max() {
+	if timedOut {
 		c.res.SettleTimedOut = true
 	}
 	c.dirty = false

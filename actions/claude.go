@@ -25,7 +25,13 @@ const (
 	Computer20251124 ClaudeVersion = "computer_20251124"
 )
 
-// ClaudeVersions lists the supported versions, oldest first.
+// ComputerToolset20260801 is Claude's computer toolset (anthropic-sdk-go/v2
+// v2.15.0, ComputerToolset20260801Param): the same 17 actions as
+// computer_20251124, each its own tool_use block whose name is the action
+// (see RunToolset, TranslateToolset).
+const ComputerToolset20260801 ClaudeVersion = "computer_toolset_20260801"
+
+// ClaudeVersions lists the supported single-tool versions, oldest first.
 var ClaudeVersions = []ClaudeVersion{Computer20241022, Computer20250124, Computer20251124}
 
 var claudeActions20241022 = []string{
@@ -46,7 +52,7 @@ func (v ClaudeVersion) Actions() []string {
 		return slices.Clone(claudeActions20241022)
 	case Computer20250124:
 		return slices.Clone(claudeActions20250124)
-	case Computer20251124:
+	case Computer20251124, ComputerToolset20260801:
 		return slices.Clone(claudeActions20251124)
 	}
 	return nil
@@ -86,6 +92,23 @@ var claudeFields = []string{
 	"action", "coordinate", "duration", "region", "scroll_amount", "scroll_direction",
 	"start_coordinate", "text",
 }
+
+// toolsetFields are the input fields of the toolset's members
+// (ComputerToolUseBlockUnionInput): no action, and repeat.
+var toolsetFields = []string{
+	"coordinate", "duration", "region", "repeat", "scroll_amount", "scroll_direction",
+	"start_coordinate", "text",
+}
+
+// toolsetExtra are the optional fields the toolset adds to an action: key
+// repeats, and a drag holds modifiers in text like the clicks.
+var toolsetExtra = map[string][]string{
+	"key":             {"repeat"},
+	"left_click_drag": {"text"},
+}
+
+// MaxKeyRepeat bounds the repeat of a toolset key action.
+const MaxKeyRepeat = MaxActions
 
 // claudeSpec says which fields an action takes: required, optional (from
 // which version), anything else is refused.
@@ -153,7 +176,11 @@ type claudeInput map[string]json.RawMessage
 //   - zoom: region [x0, y0, x1, y1] in screenshot coordinates, returned at the
 //     screenshot size.
 func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
-	acts, err := translateClaude(v, input)
+	if v == ComputerToolset20260801 {
+		return nil, fmt.Errorf("%s: %w", v, oneOfErr("tool", ErrUnsupportedAction, claudeToolNames(),
+			"the toolset's actions arrive as tool_use blocks named by the action; use TranslateToolset or RunToolset"))
+	}
+	acts, err := translateClaude(v, "", input)
 	if err == nil {
 		err = validateAll(acts)
 	}
@@ -163,14 +190,45 @@ func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 	return acts, nil
 }
 
-func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
+// TranslateToolset turns one member call of Claude's computer_toolset_20260801
+// into neutral actions: name is the tool_use block's name (the action, e.g.
+// "left_click") and input its input, which has no action field. Fields and
+// mapping are those of computer_20251124 (see TranslateClaude) plus:
+//   - key: repeat (1-MaxKeyRepeat, default 1) plays the key text that many
+//     times;
+//   - left_click_drag: text holds modifiers during the drag;
+//   - duration (hold_key, wait) is whole seconds.
+//
+// Errors name the block's own fields ("coordinate", "repeat"); an unknown
+// action names "name".
+func TranslateToolset(name string, input []byte) ([]Action, error) {
+	acts, err := translateClaude(ComputerToolset20260801, name, input)
+	if err == nil {
+		err = validateAll(acts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", ComputerToolset20260801, name, err)
+	}
+	return acts, nil
+}
+
+// claudeToolNames lists the Claude tool types deskfarm accepts.
+func claudeToolNames() []string {
+	names := make([]string, 0, len(ClaudeVersions)+1)
+	for _, cv := range ClaudeVersions {
+		names = append(names, string(cv))
+	}
+	return append(names, string(ComputerToolset20260801))
+}
+
+// translateClaude translates a single-tool input (member "", the action in
+// the input's action field) or a toolset member's input.
+func translateClaude(v ClaudeVersion, member string, input []byte) ([]Action, error) {
+	toolset := v == ComputerToolset20260801
 	accepted := v.Actions()
 	if accepted == nil {
-		names := make([]string, len(ClaudeVersions))
-		for i, cv := range ClaudeVersions {
-			names[i] = string(cv)
-		}
-		return nil, oneOfErr("type", ErrUnsupportedAction, names,
+		names := claudeToolNames()
+		return nil, oneOfErr("tool", ErrUnsupportedAction, names,
 			fmt.Sprintf("unknown computer tool version %q; supported are %s", v, strings.Join(names, ", ")))
 	}
 	in, err := decodeClaudeInput(input)
@@ -178,14 +236,27 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		return nil, err
 	}
 	var action string
-	raw, ok := in["action"]
-	if !ok {
-		return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
-	}
-	if err := json.Unmarshal(raw, &action); err != nil {
-		return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
+	actionField := "action"
+	if toolset {
+		actionField = "name"
+		if _, ok := in["action"]; ok {
+			return nil, fieldErr("action", nil, "a toolset input has no action field: the tool_use block's name is the action")
+		}
+		action = member
+	} else {
+		raw, ok := in["action"]
+		if !ok {
+			return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
+		}
+		if err := json.Unmarshal(raw, &action); err != nil {
+			return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
+		}
 	}
 	if !slices.Contains(accepted, action) {
+		if toolset {
+			return nil, oneOfErr(actionField, ErrUnsupportedAction, accepted,
+				fmt.Sprintf("unknown computer toolset action %q; accepted are %s", action, strings.Join(accepted, ", ")))
+		}
 		msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
 		if since := addedIn(action); since != "" {
 			msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
@@ -201,13 +272,18 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 	case action == "left_click_drag":
 		required, optional = []string{"coordinate"}, []string{"start_coordinate"}
 	}
+	fields := claudeFields
+	if toolset {
+		optional = append(slices.Clone(optional), toolsetExtra[action]...)
+		fields = toolsetFields
+	}
 	allowed := append(append([]string{"action"}, required...), optional...)
 	for _, f := range sortedKeys(in) {
 		if slices.Contains(allowed, f) {
 			continue
 		}
-		if !slices.Contains(claudeFields, f) {
-			msg := fmt.Sprintf("unknown field; the %s input has %s", v, strings.Join(claudeFields, ", "))
+		if !slices.Contains(fields, f) {
+			msg := fmt.Sprintf("unknown field; the %s input has %s", v, strings.Join(fields, ", "))
 			if f == "key" {
 				msg += " (modifiers for clicks and scrolls go in text, e.g. \"text\":\"ctrl\")"
 			}
@@ -262,6 +338,23 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 			}
 			acts = append(acts, a)
 		}
+		if raw, ok := in["repeat"]; ok {
+			n, err := claudeInt("repeat", raw)
+			if err != nil {
+				return nil, err
+			}
+			if n < 1 || n > MaxKeyRepeat {
+				return nil, limitErr("repeat", MaxKeyRepeat, fmt.Sprintf("must be 1 to %d, got %d", MaxKeyRepeat, n))
+			}
+			if n*len(acts) > MaxActions {
+				return nil, limitErr("repeat", MaxActions, fmt.Sprintf("%d repeats of %d keys are %d key presses; at most %d",
+					n, len(acts), n*len(acts), MaxActions))
+			}
+			once := acts
+			for range n - 1 {
+				acts = append(acts, once...)
+			}
+		}
 		return acts, nil
 
 	case "type":
@@ -305,6 +398,9 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 			if a.From, err = claudeCoordinate(in, "start_coordinate"); err != nil {
 				return nil, err
 			}
+		}
+		if a.Modifiers, err = claudeModifiers(in); err != nil {
+			return nil, err
 		}
 		return []Action{a}, nil
 
@@ -352,7 +448,7 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		if err != nil {
 			return nil, withPrefix("text", err)
 		}
-		d, err := claudeDuration(in)
+		d, err := claudeDuration(in, toolset)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +459,7 @@ func translateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 		return []Action{a}, nil
 
 	case "wait":
-		d, err := claudeDuration(in)
+		d, err := claudeDuration(in, toolset)
 		if err != nil {
 			return nil, err
 		}
@@ -502,11 +598,15 @@ func claudeNumber(field string, raw json.RawMessage) (float64, error) {
 	return f, nil
 }
 
-// claudeDuration reads duration: seconds, greater than 0, at most 100.
-func claudeDuration(in claudeInput) (time.Duration, error) {
+// claudeDuration reads duration: seconds, greater than 0, at most 100;
+// whole seconds in the toolset (its schema's duration is an integer).
+func claudeDuration(in claudeInput, whole bool) (time.Duration, error) {
 	f, err := claudeNumber("duration", in["duration"])
 	if err != nil {
 		return 0, err
+	}
+	if whole && f != math.Trunc(f) {
+		return 0, fieldErr("duration", nil, fmt.Sprintf("must be a whole number of seconds, got %s", clip(in["duration"])))
 	}
 	if f <= 0 || f > MaxDuration.Seconds() {
 		return 0, fieldErr("duration", nil, fmt.Sprintf("must be more than 0 and at most %g seconds, got %g", MaxDuration.Seconds(), f))

@@ -171,7 +171,7 @@ func TestTranslateClaudeErrors(t *testing.T) {
 		{"key text not string", allVersions, `{"action":"key","text":5}`, "text", nil, []string{"string"}},
 		{"type missing text", allVersions, `{"action":"type"}`, "text", nil, []string{"required"}},
 		{"type empty", allVersions, `{"action":"type","text":""}`, "text", nil, []string{"empty"}},
-		{"type non-ascii", allVersions, `{"action":"type","text":"naïve"}`, "text", ErrUntypable, []string{"U+00EF", "printable US-ASCII"}},
+		{"type control character", allVersions, `{"action":"type","text":"naïve\u0008"}`, "text", ErrUntypable, []string{"U+0008", "control character"}},
 		{"move missing coordinate", allVersions, `{"action":"mouse_move"}`, "coordinate", nil, []string{"required"}},
 		{"move with text", allVersions, `{"action":"mouse_move","coordinate":[1,2],"text":"x"}`, "text", nil, []string{"not accepted"}},
 		{"coordinate short", allVersions, `{"action":"mouse_move","coordinate":[1]}`, "coordinate", nil, []string{"2 values", "got 1"}},

@@ -14,7 +14,9 @@ import (
 //   - Snapshot returns a copy of the live framebuffer mirror (no round trip),
 //     with the pointer cursor composited at its current position.
 //   - Pointer moves the absolute pointer to native (x, y) with the button mask
-//     (bit 0 left, 1 middle, 2 right, 3 wheel up, 4 wheel down, 5 wheel left, 6 wheel right).
+//     (bit 0 left, 1 middle, 2 right, 3 wheel up, 4 wheel down; bits 5 and 6,
+//     wheel left and right, exist in RFB but QEMU 7.2 drops them, so the
+//     executor scrolls sideways through GuestInput instead).
 //   - Key presses or releases one key. keysym is an X keysym; scancode is the
 //     PC/XT set-1 scancode (0xE0-prefixed keys as 0xE0xx) or 0 if unknown. The
 //     client uses QEMU's extended key event when the server offers it and a

@@ -6,22 +6,31 @@
 // The path of an action, file by file:
 //
 //   - action.go: the model. Action is an interface with one type per kind
-//     (Move, Click, Drag, Scroll, KeyPress, KeyDown, KeyUp, HoldKey,
+//     (Move, MoveBy, Click, Drag, Scroll, KeyPress, KeyDown, KeyUp, HoldKey,
 //     TypeText, Wait, Screenshot, Zoom, CursorPosition, ButtonDown,
-//     ButtonUp), each with its Validate, and the limits (MaxActions,
-//     MaxTextRunes, MaxZoomPixels, ...).
+//     ButtonUp, ClipboardGet, ClipboardSet), each with its Validate, and the
+//     limits (MaxActions, MaxTextRunes, MaxZoomPixels, ...).
 //   - neutral.go: the neutral JSON form ({"kind":"click","x":10,...}); one
 //     wire struct per kind, DecodeActions the single entry.
-//   - claude.go, openai.go, osworld.go: the agent vocabularies (Claude's
-//     computer tool in every version, with its tool_result content blocks;
-//     OpenAI's computer-use actions; OSWorld's computer_13). Each parses its
-//     input once into the same types; errors name the agent's own fields.
-//     A new vocabulary (Claude's toolset, OpenAI computer_call items) is one
-//     more translator producing []Action.
+//   - call.go: Decode(tool, input), the one entry over every vocabulary,
+//     and Call.Run, which plays a call on a Runner and answers in the
+//     call's own shape, with errors in the agent's field names.
+//   - claude.go, toolset.go, openai.go, osworld.go, pyautogui.go: the agent
+//     vocabularies: Claude's computer tool in every version and its
+//     computer_toolset_20260801 (tool_result blocks as anthropic-sdk-go
+//     types); OpenAI computer_call items and their computer_call_output
+//     (openai-go types); OSWorld's computer_13 and its pyautogui code (a
+//     small parser for literal calls; anything else is ErrNotHostPlayable,
+//     for the caller to run in the guest). Each parses its input once into
+//     the same types; errors name the agent's own fields.
 //   - keys.go: key names to keysyms and scancodes, and the US-layout typing
 //     table.
 //   - exec.go: the Executor. Run checks and maps every action to native
 //     pixels before sending anything, then plays them in order.
+//   - guest.go: the executor's extension points. GuestInput delivers what
+//     QEMU's VNC cannot (non-ASCII text, horizontal scroll, back/forward,
+//     the clipboard); GuestActivity makes a settle wait for the guest's
+//     vCPUs to go idle as well as the screen.
 //   - input.go: the input state machine: what is pressed for one action and
 //     what the agent holds across requests, with the invariant that
 //     everything pressed is released on every path.

@@ -2,6 +2,7 @@ package actions
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
@@ -19,14 +20,16 @@ var (
 	ErrUnsupportedAction = errors.New("unsupported action")
 	// ErrUnknownKey means a key name is not one ParseKey accepts.
 	ErrUnknownKey = errors.New("unknown key")
-	// ErrUntypable means text holds a character that cannot be typed as key
-	// events on a US layout.
+	// ErrUntypable means text holds a character that cannot be typed: a
+	// control character, invalid UTF-8, or non-ASCII text on an executor
+	// without GuestInput.
 	ErrUntypable = errors.New("character cannot be typed")
 	// ErrOutOfBounds means a coordinate or region lies outside the screenshot
 	// the agent sees.
 	ErrOutOfBounds = errors.New("coordinate out of bounds")
-	// ErrUnsupportedButton means the Display cannot deliver the mouse button
-	// (back and forward need RFB buttons 8 and 9, which Display does not carry).
+	// ErrUnsupportedButton means the mouse button or wheel direction cannot
+	// be delivered: back, forward and horizontal scroll need GuestInput
+	// (QEMU 7.2's VNC drops X buttons 6-9), and back/forward cannot be held.
 	ErrUnsupportedButton = errors.New("mouse button not supported by the display")
 	// ErrTooLarge means a request exceeds one of the caps that keep one
 	// request from wedging a VM (MaxActions, MaxTextRunes, MaxZoomPixels);
@@ -34,6 +37,8 @@ var (
 	ErrTooLarge = errors.New("request too large")
 	// ErrDisplay means the Display failed while actions were being played.
 	ErrDisplay = errors.New("display error")
+	// ErrGuest means the GuestInput failed while actions were being played.
+	ErrGuest = errors.New("guest input error")
 	// ErrPointerUnknown means an action needs the pointer's position (a click
 	// or scroll without a coordinate, cursor_position) before any pointer
 	// event was sent in the session: the guest's pointer is somewhere the
@@ -78,3 +83,29 @@ func oneOfErr(field string, kind error, accepted []string, msg string) *FieldErr
 	fe.Accepted = accepted
 	return fe
 }
+
+// StepError is a failure while playing one action of a Run (a display or
+// guest error, a cancellation), as opposed to a refusal before anything was
+// sent (*FieldError). Call.AgentError relabels it in the agent's terms.
+type StepError struct {
+	// Index is the action's place in the Run's list.
+	Index int
+	// Kind is the action's kind.
+	Kind Kind
+	// Label, when set, names the action in the agent's vocabulary
+	// ("actions[2] (drag)", "computer_20251124 left_click") instead.
+	Label string
+	// Err is what failed.
+	Err error
+}
+
+// Error returns "actions[i] (kind): err", or "label: err".
+func (e *StepError) Error() string {
+	if e.Label != "" {
+		return e.Label + ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("actions[%d] (%s): %v", e.Index, e.Kind, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *StepError) Unwrap() error { return e.Err }

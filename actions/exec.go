@@ -19,6 +19,16 @@ type ExecutorConfig struct {
 	Pacing *Pacing
 	// Logger receives debug lines; nil means slog.Default().
 	Logger *slog.Logger
+	// Guest delivers what the display cannot: non-ASCII text, horizontal
+	// scroll, back/forward, the clipboard. Nil means the Display's own
+	// GuestInput if it implements one, else none (those actions are refused).
+	Guest GuestInput
+	// Activity makes settles wait for the guest to go idle as well as the
+	// screen; nil settles on the screen alone.
+	Activity GuestActivity
+	// GuestIdle is the vCPU utilisation at or below which the guest counts
+	// as idle; 0 means DefaultGuestIdle.
+	GuestIdle float64
 }
 
 // Executor plays actions onto one Display for one session. It owns the
@@ -34,9 +44,13 @@ type ExecutorConfig struct {
 // a stuck key is worse than a lost hold. (A failed settle or capture leaves
 // holds alone: the input was delivered.) Call Release when a session ends.
 type Executor struct {
-	d    Display
-	size ScreenshotSize
-	log  *slog.Logger
+	d        Display
+	size     ScreenshotSize
+	log      *slog.Logger
+	guest    GuestInput
+	activity GuestActivity
+	idle     float64
+	now      func() time.Time // tests replace it with a virtual clock
 
 	mu     sync.Mutex
 	scaler *Scaler
@@ -51,7 +65,14 @@ func NewExecutor(d Display, cfg ExecutorConfig) (*Executor, error) {
 	if cfg.Pacing != nil {
 		p = *cfg.Pacing
 	}
-	e := &Executor{d: d, size: cfg.Size, log: cfg.Logger, pace: newPacer(p)}
+	e := &Executor{d: d, size: cfg.Size, log: cfg.Logger, pace: newPacer(p),
+		guest: cfg.Guest, activity: cfg.Activity, idle: cfg.GuestIdle, now: time.Now}
+	if e.guest == nil {
+		e.guest, _ = d.(GuestInput)
+	}
+	if e.idle <= 0 {
+		e.idle = DefaultGuestIdle
+	}
 	e.in = input{d: d, pace: e.pace}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -64,6 +85,10 @@ func NewExecutor(d Display, cfg ExecutorConfig) (*Executor, error) {
 	e.scaler = s
 	return e, nil
 }
+
+// HasGuestInput reports whether the executor has a GuestInput, so that
+// non-ASCII text, horizontal scroll, back/forward and the clipboard work.
+func (e *Executor) HasGuestInput() bool { return e.guest != nil }
 
 // Scaler returns the current scaler (screenshot size and coordinate mapping).
 func (e *Executor) Scaler() *Scaler {
@@ -94,7 +119,10 @@ type step struct {
 	from *image.Point
 	via  []image.Point
 	bit  uint8 // button or wheel mask bit
-	keys []Key // the typed sequence of TypeText
+	keys []Key // the typed sequence of TypeText over the display
+
+	guestText bool // TypeText through GuestInput
+	xbutton   int  // X button clicked through GuestInput (6-9); 0: none
 }
 
 // Run checks all actions (Validate, MaxActions) and maps their coordinates
@@ -193,19 +221,45 @@ func (e *Executor) planOne(a Action) (step, error) {
 		st.bit, err = buttonMask(b)
 		return err
 	}
+	guestButton := func(b Button) error {
+		n := map[Button]int{ButtonBack: XButtonBack, ButtonForward: XButtonForward}[b]
+		if e.guest == nil {
+			return fieldErr("button", ErrUnsupportedButton, fmt.Sprintf(
+				"%s is X button %d, which QEMU's VNC pointer event cannot carry; it needs the guest input "+
+					"path (the desktop session's agent), which this desk does not have; for history "+
+					"navigation press alt+Left or alt+Right", b, n))
+		}
+		st.xbutton = n
+		return nil
+	}
+	holdable := func(b Button) error {
+		if b == ButtonBack || b == ButtonForward {
+			return fieldErr("button", ErrUnsupportedButton, fmt.Sprintf(
+				"%s can be clicked but not held: it reaches the guest only as a whole click", b))
+		}
+		return button(b)
+	}
 	var err error
 	switch a := a.(type) {
 	case Move:
 		st.at, err = native("x", &a.To)
+	case MoveBy:
+		if _, err = e.in.pos(nil); err != nil { // known before anything is sent
+			return st, fieldErr("dx", ErrPointerUnknown, err.Error())
+		}
 	case ButtonDown:
 		st.at, err = native("x", a.At)
-		err = firstErr(err, button(a.Button))
+		err = firstErr(err, holdable(a.Button))
 	case ButtonUp:
 		st.at, err = native("x", a.At)
-		err = firstErr(err, button(a.Button))
+		err = firstErr(err, holdable(a.Button))
 	case Click:
 		st.at, err = native("x", a.At)
-		err = firstErr(err, button(a.Button))
+		if a.Button == ButtonBack || a.Button == ButtonForward {
+			err = firstErr(err, guestButton(a.Button))
+		} else {
+			err = firstErr(err, button(a.Button))
+		}
 	case Drag:
 		if st.at, err = native("x", &a.To); err != nil {
 			return st, err
@@ -220,12 +274,36 @@ func (e *Executor) planOne(a Action) (step, error) {
 			}
 			st.via = append(st.via, *v)
 		}
-		err = button(a.Button)
+		err = holdable(a.Button)
 	case Scroll:
 		st.at, err = native("x", a.At)
-		st.bit = wheelMask(a.Direction)
+		switch a.Direction {
+		case ScrollLeft, ScrollRight:
+			if e.guest == nil {
+				return st, fieldErr("direction", ErrUnsupportedButton, fmt.Sprintf(
+					"scrolling %s is X button %d, which QEMU's VNC pointer event cannot carry; it needs the "+
+						"guest input path (the desktop session's agent), which this desk does not have; "+
+						"shift with a vertical scroll scrolls sideways in most browsers and editors",
+					a.Direction, map[Direction]int{ScrollLeft: XButtonWheelLeft, ScrollRight: XButtonWheelRight}[a.Direction]))
+			}
+			st.xbutton = map[Direction]int{ScrollLeft: XButtonWheelLeft, ScrollRight: XButtonWheelRight}[a.Direction]
+		default:
+			st.bit = wheelMask(a.Direction)
+		}
 	case TypeText:
-		st.keys, err = textKeys(a.Text)
+		switch {
+		case asciiTypable(a.Text):
+			st.keys, err = textKeys(a.Text)
+		case e.guest != nil:
+			st.guestText = true
+		default:
+			err = withPrefix("text", checkTypable(a.Text))
+		}
+	case ClipboardGet, ClipboardSet:
+		if e.guest == nil {
+			err = fieldErr("kind", ErrUnsupportedAction, fmt.Sprintf("%s needs the guest input path "+
+				"(the desktop session's agent), which this desk does not have", a.Kind()))
+		}
 	case Zoom:
 		var r image.Rectangle
 		if r, err = e.scaler.RegionToNative(a.Region); err == nil {
@@ -257,14 +335,14 @@ func textKeys(text string) ([]Key, error) {
 // inputFailed is set when an input step fails (as opposed to a settle or a
 // capture, after which the input state is still known).
 func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res *Result, inputFailed *bool) error {
-	c := &capturer{d: e.d, opts: opts, res: res}
+	c := &capturer{d: e.d, opts: opts, res: res, activity: e.activity, idle: e.idle, now: e.now, log: e.log}
 	var lastShot bool // the last capture is a screenshot taken after the last input
 	for i := range steps {
 		st := &steps[i]
 		kind := st.act.Kind()
 		if err := ctx.Err(); err != nil {
 			*inputFailed = true // cancelled between steps: the agent's plan is cut short
-			return fmt.Errorf("actions[%d] (%s): %w", i, kind, err)
+			return &StepError{Index: i, Kind: kind, Err: err}
 		}
 		var err error
 		switch a := st.act.(type) {
@@ -280,6 +358,17 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 		case Screenshot:
 			res.Image, err = c.shot(ctx, e, nil)
 			lastShot = true
+		case ClipboardGet:
+			var text string
+			if text, err = e.guest.ClipboardGet(ctx); err == nil {
+				res.Clipboard = &text
+			} else {
+				err = fmt.Errorf("%w: %w", ErrGuest, err)
+			}
+		case ClipboardSet:
+			if err = e.guest.ClipboardSet(ctx, a.Text); err != nil {
+				err = fmt.Errorf("%w: %w", ErrGuest, err)
+			}
 		case Zoom:
 			res.Image, err = c.shot(ctx, e, &a)
 			lastShot = false
@@ -290,7 +379,7 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("actions[%d] (%s): %w", i, kind, err)
+			return &StepError{Index: i, Kind: kind, Err: err}
 		}
 		res.Executed = i + 1
 	}
@@ -329,6 +418,20 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 	case Move:
 		return in.pointer(ctx, *st.at, in.buttons)
 
+	case MoveBy:
+		pos, err := in.pos(nil)
+		if err != nil {
+			return err
+		}
+		// Clamped to the screen, as pyautogui clamps moveRel.
+		sx, sy := e.scaler.FromNative(pos.X, pos.Y)
+		w, h := e.scaler.ScreenshotSize()
+		nx, ny, err := e.scaler.ToNative(min(max(sx+a.DX, 0), w-1), min(max(sy+a.DY, 0), h-1))
+		if err != nil {
+			return err
+		}
+		return in.pointer(ctx, image.Point{X: nx, Y: ny}, in.buttons)
+
 	case ButtonDown, ButtonUp:
 		pos, err := in.pos(st.at)
 		if err != nil {
@@ -348,6 +451,9 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		pos, err := in.approach(ctx, &own, st.at, a.Modifiers)
 		if err != nil {
 			return err
+		}
+		if st.xbutton != 0 {
+			return e.guestButton(ctx, st.xbutton, pos, max(a.Count, 1))
 		}
 		for i := range max(a.Count, 1) {
 			if i > 0 {
@@ -395,6 +501,9 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		pos, err := in.approach(ctx, &own, st.at, a.Modifiers)
 		if err != nil {
 			return err
+		}
+		if st.xbutton != 0 {
+			return e.guestButton(ctx, st.xbutton, pos, a.Amount)
 		}
 		for i := range a.Amount {
 			if i > 0 {
@@ -448,6 +557,15 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		return nil
 
 	case TypeText:
+		if st.guestText {
+			if err := e.pace.before(ctx, devGuest); err != nil {
+				return err
+			}
+			if err := e.guest.TypeText(ctx, a.Text); err != nil {
+				return fmt.Errorf("type through the guest: %w: %w", ErrGuest, err)
+			}
+			return nil
+		}
 		shifted := false // Shift pressed by this action for the current run of characters
 		for _, k := range st.keys {
 			if k.Shift && !shifted && !in.shiftHeld(nil) {
@@ -471,6 +589,18 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		return e.pace.pause(ctx, a.Duration)
 	}
 	return fmt.Errorf("%w: kind %q cannot be played", ErrInvalid, st.act.Kind())
+}
+
+// guestButton clicks X button n count times at native pos through GuestInput,
+// after the pointer event that put the pointer there.
+func (e *Executor) guestButton(ctx context.Context, n int, pos image.Point, count int) error {
+	if err := e.pace.before(ctx, devGuest); err != nil {
+		return err
+	}
+	if err := e.guest.Button(ctx, n, pos.X, pos.Y, count); err != nil {
+		return fmt.Errorf("button %d x%d at (%d,%d) through the guest: %w: %w", n, count, pos.X, pos.Y, ErrGuest, err)
+	}
+	return nil
 }
 
 // dragPath returns the intermediate and final points of a drag from start

@@ -311,7 +311,7 @@ func TestDrag(t *testing.T) {
 // TestScroll: one wheel press and release per click of the amount, with the
 // direction's button, where asked.
 func TestScroll(t *testing.T) {
-	for dir, bit := range map[Direction]uint8{ScrollUp: maskWheelUp, ScrollDown: maskWheelDown, ScrollLeft: maskWheelLeft, ScrollRight: maskWheelRight} {
+	for dir, bit := range map[Direction]uint8{ScrollUp: maskWheelUp, ScrollDown: maskWheelDown} {
 		f := newFake(100, 80)
 		e := newTestExecutor(t, f, ScreenshotSize{})
 		run(t, e, noShot, Scroll{At: pt(7, 8), Direction: dir, Amount: 3, Modifiers: MustKeys("ctrl")})

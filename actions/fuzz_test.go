@@ -138,3 +138,32 @@ func checkActions(t *testing.T, acts []Action) {
 		t.Fatalf("run %s left pressed %v", b, s)
 	}
 }
+
+// FuzzAgentCalls: OpenAI computer_call items, toolset blocks and pyautogui
+// code never panic, and whatever translates validates.
+func FuzzAgentCalls(f *testing.F) {
+	for _, s := range []string{
+		openAIPreviewItem, openAIBatchItem, toolsetTurn,
+		`pyautogui.click(100, 200); time.sleep(0.5)`, `pyautogui.typewrite(r'a\'b' """c""")`,
+		`pyautogui.hotkey('ctrl', 'c')`, `pyautogui.click((1, 2), clicks=2)`, `"x`, `pyautogui.press(['a'`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, input string) {
+		if oc, err := TranslateOpenAICall([]byte(input)); err == nil {
+			checkActions(t, oc.Actions)
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("openai call %q: %v", input, err)
+		}
+		if acts, err := TranslateToolset("key", []byte(input)); err == nil {
+			checkActions(t, acts)
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("toolset %q: %v", input, err)
+		}
+		if acts, err := TranslatePyautogui(input); err == nil {
+			checkActions(t, acts)
+		} else if !errors.Is(err, ErrNotHostPlayable) {
+			t.Fatalf("pyautogui %q: %v", input, err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -422,8 +423,8 @@ func ParseChord(spec string) ([]Key, error) {
 //
 // Characters outside US ASCII are refused rather than sent as bare Unicode
 // keysyms: QEMU maps a keysym without a scancode through its keymap and drops
-// keysyms the keymap lacks, so such text would silently go missing. Put
-// non-ASCII text into the guest through its clipboard or the guest agent.
+// keysyms the keymap lacks, so such text would silently go missing. The
+// executor types non-ASCII text through its GuestInput instead.
 func KeyForRune(r rune) (Key, error) {
 	switch {
 	case r >= 0x20 && r < 0x7f:
@@ -437,9 +438,37 @@ func KeyForRune(r rune) (Key, error) {
 }
 
 func untypableMsg(r rune) string {
-	return fmt.Sprintf("character %q (U+%04X) cannot be typed: supported are printable US-ASCII "+
-		"(space to ~), \\n and \\r (Return) and \\t (Tab); put other text in through the clipboard "+
-		"or the guest agent", r, r)
+	return fmt.Sprintf("character %q (U+%04X) cannot be typed as key events: the display types printable "+
+		"US-ASCII (space to ~), \\n and \\r (Return) and \\t (Tab); other text needs the guest input path "+
+		"(GuestInput: the desktop session's agent)", r, r)
+}
+
+// checkText refuses invalid UTF-8 and control characters other than \n, \r
+// and \t: no path types them.
+func checkText(text string) error {
+	for i, r := range text {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(text[i:]); size <= 1 {
+				return &FieldError{Msg: fmt.Sprintf("invalid UTF-8 at byte %d", i), Errs: []error{ErrInvalid, ErrUntypable}}
+			}
+		}
+		if r != '\n' && r != '\r' && r != '\t' && unicode.IsControl(r) {
+			return &FieldError{Msg: fmt.Sprintf("at byte %d: control character U+%04X cannot be typed; "+
+				"text may hold any printable character, \\n, \\r and \\t", i, r), Errs: []error{ErrInvalid, ErrUntypable}}
+		}
+	}
+	return nil
+}
+
+// asciiTypable reports whether every character of text has a key on the US
+// layout (KeyForRune), so it can go over the display.
+func asciiTypable(text string) bool {
+	for _, r := range text {
+		if _, err := KeyForRune(r); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // checkTypable returns an error naming the first character of text that

@@ -18,6 +18,7 @@ import (
 // use is an error) and encoding alike.
 //
 //	{"kind":"move","x":10,"y":20}
+//	{"kind":"move_by","dx":-5,"dy":20}                       (from where the pointer is)
 //	{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]}
 //	{"kind":"button_down","button":"left"}                  (x, y optional)
 //	{"kind":"button_up","button":"left","x":30,"y":40}
@@ -32,6 +33,8 @@ import (
 //	{"kind":"screenshot"}
 //	{"kind":"zoom","region":[0,0,400,300],"width":800}       (width/height optional)
 //	{"kind":"cursor_position"}
+//	{"kind":"clipboard_get"}                                  (needs the guest input path)
+//	{"kind":"clipboard_set","text":"Grüße"}                   (needs the guest input path)
 //
 // x, y (and from, via, region) are non-negative screenshot pixels; button is
 // left (default), middle, right, back or forward; count is 1-3 (default 1);
@@ -50,6 +53,7 @@ type wireForm interface {
 // wireForms makes an empty wire struct per kind.
 var wireForms = map[Kind]func() wireForm{
 	KindMove:           func() wireForm { return new(moveJSON) },
+	KindMoveBy:         func() wireForm { return new(moveByJSON) },
 	KindButtonDown:     func() wireForm { return new(buttonJSON) },
 	KindButtonUp:       func() wireForm { return new(buttonJSON) },
 	KindClick:          func() wireForm { return new(clickJSON) },
@@ -64,6 +68,8 @@ var wireForms = map[Kind]func() wireForm{
 	KindScreenshot:     func() wireForm { return new(bareJSON) },
 	KindZoom:           func() wireForm { return new(zoomJSON) },
 	KindCursorPosition: func() wireForm { return new(bareJSON) },
+	KindClipboardGet:   func() wireForm { return new(bareJSON) },
+	KindClipboardSet:   func() wireForm { return new(clipboardJSON) },
 }
 
 // xyJSON is an optional position flattened into x and y.
@@ -112,6 +118,14 @@ func (w *moveJSON) action() (Action, error) {
 	}
 	return Move{To: *p}, nil
 }
+
+type moveByJSON struct {
+	kindJSON
+	DX int `json:"dx"`
+	DY int `json:"dy"`
+}
+
+func (w *moveByJSON) action() (Action, error) { return MoveBy{DX: w.DX, DY: w.DY}, nil }
 
 type buttonJSON struct {
 	kindJSON
@@ -255,17 +269,32 @@ func (w *zoomJSON) action() (Action, error) {
 type bareJSON struct{ kindJSON }
 
 func (w *bareJSON) action() (Action, error) {
-	if w.Kind == KindCursorPosition {
+	switch w.Kind {
+	case KindCursorPosition:
 		return CursorPosition{}, nil
+	case KindClipboardGet:
+		return ClipboardGet{}, nil
 	}
 	return Screenshot{}, nil
 }
+
+type clipboardJSON struct {
+	kindJSON
+	Text string `json:"text"`
+}
+
+func (w *clipboardJSON) action() (Action, error) { return ClipboardSet{Text: w.Text}, nil }
 
 func msDuration(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // MarshalJSON writes the neutral JSON form.
 func (a Move) MarshalJSON() ([]byte, error) {
 	return json.Marshal(moveJSON{kindJSON{KindMove}, xyOf(&a.To)})
+}
+
+// MarshalJSON writes the neutral JSON form.
+func (a MoveBy) MarshalJSON() ([]byte, error) {
+	return json.Marshal(moveByJSON{kindJSON{KindMoveBy}, a.DX, a.DY})
 }
 
 // MarshalJSON writes the neutral JSON form.
@@ -336,6 +365,16 @@ func (a Zoom) MarshalJSON() ([]byte, error) {
 // MarshalJSON writes the neutral JSON form.
 func (a CursorPosition) MarshalJSON() ([]byte, error) {
 	return json.Marshal(bareJSON{kindJSON{KindCursorPosition}})
+}
+
+// MarshalJSON writes the neutral JSON form.
+func (a ClipboardGet) MarshalJSON() ([]byte, error) {
+	return json.Marshal(bareJSON{kindJSON{KindClipboardGet}})
+}
+
+// MarshalJSON writes the neutral JSON form.
+func (a ClipboardSet) MarshalJSON() ([]byte, error) {
+	return json.Marshal(clipboardJSON{kindJSON{KindClipboardSet}, a.Text})
 }
 
 // DecodeActions reads a JSON array of neutral actions (or a single action

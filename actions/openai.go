@@ -1,58 +1,179 @@
 package actions
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/respjson"
+	"github.com/openai/openai-go/v3/responses"
 )
 
-// OpenAIScrollPixelsPerClick converts OpenAI CUA scroll offsets, which are
-// pixels (the sample app passes them to window.scrollBy), to wheel clicks:
-// one click per 100 px, rounded, at least one for a non-zero offset.
+// OpenAIScrollPixelsPerClick converts OpenAI computer-use scroll offsets,
+// which are pixels (OpenAI's sample app passes scroll_x/scroll_y to
+// window.scrollBy), to wheel clicks: one click per 100 px, rounded to the
+// nearest, at least one for a non-zero offset, at most MaxScrollAmount. A
+// wheel click scrolls about three lines (~50-60 px) in Firefox, Chromium and
+// GTK on X11, so an offset scrolls up to twice as far as the model asked;
+// erring on the long side keeps the model from creeping, and it sees the
+// result in the next screenshot either way.
 const OpenAIScrollPixelsPerClick = 100
 
-// OpenAIWait is how long a CUA wait action waits (the sample app's default).
+// OpenAIWait is how long a computer-use wait action waits (the sample app's
+// wait(ms=1000); the SDK's wait has no duration).
 const OpenAIWait = time.Second
 
 var openAIActions = []string{"click", "double_click", "drag", "keypress", "move", "screenshot", "scroll", "type", "wait"}
 
 var openAIButtons = []string{"left", "right", "wheel", "back", "forward"}
 
+// openAIFields are the fields of each action type besides type.
 var openAIFields = map[string][]string{
-	"click":        {"x", "y", "button"},
-	"double_click": {"x", "y"},
-	"drag":         {"path"},
+	"click":        {"button", "x", "y", "keys"},
+	"double_click": {"x", "y", "keys"},
+	"drag":         {"path", "keys"},
 	"keypress":     {"keys"},
-	"move":         {"x", "y"},
+	"move":         {"x", "y", "keys"},
 	"screenshot":   {},
-	"scroll":       {"x", "y", "scroll_x", "scroll_y"},
+	"scroll":       {"x", "y", "scroll_x", "scroll_y", "keys"},
 	"type":         {"text"},
 	"wait":         {},
 }
 
-// TranslateOpenAI turns one OpenAI computer-use (CUA) action, the "action"
-// object of a computer_call such as {"type":"click","x":10,"y":20,
-// "button":"left"}, into neutral actions (openai/openai-cua-sample-app,
-// computers/):
-//   - click: button left, right, wheel (middle); back and forward become
-//     alt+Left / alt+Right, the history navigation the sample app performs
-//     for them (the display cannot send mouse buttons 8 and 9).
-//   - double_click, move, type, screenshot as named.
-//   - scroll: scroll_x/scroll_y are pixels, positive right/down, turned into
-//     wheel clicks (OpenAIScrollPixelsPerClick) at x, y.
-//   - keypress: keys pressed together and released in reverse ("CTRL", "C";
-//     names as ParseKey, single letters taken as lower case keys).
-//   - drag: path of at least two {x, y}; pressed at the first point, moved
-//     through the others, released at the last.
-//   - wait: OpenAIWait.
-func TranslateOpenAI(action []byte) ([]Action, error) {
-	acts, err := translateOpenAI(action)
+// openAIKeyHelp is the part of an unknown-key error that says what is
+// accepted, in OpenAI's spelling.
+const openAIKeyHelp = "accepted are OpenAI computer-use key names, any case: CTRL, SHIFT, ALT, CMD, SUPER, WIN, " +
+	"META, OPTION, ENTER, RETURN, ESC, TAB, SPACE, BACKSPACE, DELETE, INSERT, HOME, END, PAGEUP, PAGEDOWN, " +
+	"ARROWLEFT, ARROWUP, ARROWRIGHT, ARROWDOWN, CAPSLOCK, F1-F24, single characters (A, 1, /, \\), and X keysym names"
+
+// OpenAICall is an OpenAI computer_call item translated into neutral
+// actions.
+type OpenAICall struct {
+	// Item is the decoded item; its call_id and pending_safety_checks
+	// shape the output (OpenAIOutput).
+	Item *responses.ResponseComputerToolCall
+	// Actions are the neutral actions of its action or actions, in order.
+	Actions []Action
+
+	fields []func(string) string
+	labels []string
+}
+
+// TranslateOpenAICall decodes a Responses-API computer_call item, as the
+// model emitted it, with openai-go's responses.ResponseComputerToolCall and
+// translates its actions. Both shapes are accepted, whichever tool the agent
+// declared (computer_use_preview or computer): a single "action" (the
+// preview tool) or the batched "actions" list (the GA tool). Errors name the
+// item's fields: "action.x", "actions[2].keys[0]", "call_id".
+func TranslateOpenAICall(item []byte) (*OpenAICall, error) {
+	oc, err := translateOpenAICall(item)
+	if err != nil {
+		return nil, fmt.Errorf("openai computer_call: %w", err)
+	}
+	return oc, nil
+}
+
+func translateOpenAICall(item []byte) (*OpenAICall, error) {
+	top, err := decodeClaudeInput(item)
+	if err != nil {
+		return nil, renamed(err, "input")
+	}
+	var typ string
+	if err := json.Unmarshal(top["type"], &typ); err != nil || typ != "computer_call" {
+		msg := `must be "computer_call": give the computer_call item the model emitted`
+		if slices.Contains(openAIActions, typ) {
+			msg += fmt.Sprintf(" (this is a bare %s action; wrap it as {\"type\":\"computer_call\",\"call_id\":...,\"action\":{...}})", typ)
+		}
+		return nil, fieldErr("type", nil, msg)
+	}
+	call := new(responses.ResponseComputerToolCall)
+	if err := json.Unmarshal(item, call); err != nil {
+		return nil, fieldErr("input", nil, "malformed computer_call item: "+err.Error())
+	}
+	if call.CallID == "" {
+		return nil, fieldErr("call_id", nil, "required: the computer_call_output answers it")
+	}
+	_, hasOne := top["action"]
+	_, hasMany := top["actions"]
+	oc := &OpenAICall{Item: call}
+	switch {
+	case hasOne && hasMany:
+		return nil, fieldErr("actions", nil, "give action or actions, not both")
+	case hasOne:
+		a, err := openAIActionOf(call.Action.AsAny(), call.Action.Type)
+		if err != nil {
+			return nil, withPrefix("action.", err)
+		}
+		if err := oc.add("action.", a); err != nil {
+			return nil, err
+		}
+	case hasMany:
+		if len(call.Actions) == 0 {
+			return nil, fieldErr("actions", nil, "must be a non-empty list of actions")
+		}
+		if err := checkCount(len(call.Actions)); err != nil {
+			return nil, err
+		}
+		for i, u := range call.Actions {
+			a, err := openAIActionOf(u.AsAny(), u.Type)
+			if err != nil {
+				return nil, withPrefix(fmt.Sprintf("actions[%d].", i), err)
+			}
+			if err := oc.add(fmt.Sprintf("actions[%d].", i), a); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fieldErr("action", nil, "a computer_call needs action (computer_use_preview) or actions (computer)")
+	}
+	if err := checkCount(len(oc.Actions)); err != nil {
+		return nil, renamed(err, "actions")
+	}
+	return oc, nil
+}
+
+// add translates one action whose fields are named with prefix.
+func (oc *OpenAICall) add(prefix string, a openAIAction) error {
+	acts, err := a.translate()
 	if err == nil {
 		err = validateAll(acts)
 	}
+	if err != nil {
+		return withPrefix(prefix, err)
+	}
+	for _, n := range acts {
+		oc.fields = append(oc.fields, func(f string) string { return prefix + a.agentField(n, f) })
+		oc.labels = append(oc.labels, fmt.Sprintf("%s (%s)", strings.TrimSuffix(prefix, "."), a.typ))
+	}
+	oc.Actions = append(oc.Actions, acts...)
+	return nil
+}
+
+// TranslateOpenAI turns one bare OpenAI computer-use action object, such as
+// {"type":"click","x":10,"y":20,"button":"left"}, into neutral actions; it is
+// the action of a computer_call item (see TranslateOpenAICall):
+//   - click: button left, right, wheel (middle), back or forward (X buttons
+//     8 and 9, which the executor clicks through GuestInput); keys are
+//     modifiers held during the click, as for double_click, scroll and drag;
+//   - double_click, type, screenshot as named; move holds keys around the
+//     move;
+//   - scroll: scroll_x/scroll_y are pixels, positive right/down, turned into
+//     wheel clicks (OpenAIScrollPixelsPerClick) at x, y, vertical first;
+//   - keypress: keys pressed together and released in reverse ("CTRL",
+//     "C"); names any case (openAIKeyHelp), single letters as lower-case keys;
+//   - drag: path of at least two {x, y}; pressed at the first point, moved
+//     through the others, released at the last;
+//   - wait: OpenAIWait.
+//
+// A field of another action type is an error; fields no action type has are
+// ignored, so a newer API's additions do not break a call.
+func TranslateOpenAI(action []byte) ([]Action, error) {
+	acts, err := translateOpenAI(action)
 	if err != nil {
 		return nil, fmt.Errorf("openai computer action: %w", err)
 	}
@@ -60,103 +181,246 @@ func TranslateOpenAI(action []byte) ([]Action, error) {
 }
 
 func translateOpenAI(action []byte) ([]Action, error) {
-	in, err := decodeClaudeInput(action)
+	action = bytes.TrimSpace(action)
+	if len(action) == 0 || action[0] != '{' {
+		return nil, fieldErr("action", nil, "must be a JSON object such as {\"type\":\"screenshot\"}")
+	}
+	var u responses.ComputerActionUnion
+	if err := json.Unmarshal(action, &u); err != nil {
+		return nil, fieldErr("action", nil, "malformed action: "+err.Error())
+	}
+	a, err := openAIActionOf(u.AsAny(), u.Type)
 	if err != nil {
-		return nil, renamed(err, "action")
+		return nil, err
 	}
-	var typ string
-	if err := json.Unmarshal(in["type"], &typ); err != nil {
-		return nil, oneOfErr("type", ErrUnsupportedAction, openAIActions, "must be one of "+strings.Join(openAIActions, ", "))
+	acts, err := a.translate()
+	if err == nil {
+		err = validateAll(acts)
 	}
-	fields, ok := openAIFields[typ]
-	if !ok {
-		return nil, oneOfErr("type", ErrUnsupportedAction, openAIActions, fmt.Sprintf("unknown action %q; accepted are %s", typ, strings.Join(openAIActions, ", ")))
-	}
-	for _, f := range sortedKeys(in) {
-		if f != "type" && !slices.Contains(fields, f) {
-			return nil, fieldErr(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, takesList(fields)))
+	return acts, err
+}
+
+// openAIAction is one computer-use action, from either of the SDK's unions
+// (the preview's ResponseComputerToolCallActionUnion or the GA's
+// ComputerActionUnion, whose variants have the same fields).
+// Numbers are kept as the SDK's raw fields and read by intField, which
+// refuses what the SDK's decoder would silently truncate or zero.
+type openAIAction struct {
+	typ     string
+	button  string
+	x, y    respjson.Field
+	keys    []string
+	path    []openAIPoint
+	scroll  [2]respjson.Field // scroll_x, scroll_y
+	text    string
+	hasText bool
+	hasPath bool
+	hasKeys bool
+}
+
+type openAIPoint struct{ x, y respjson.Field }
+
+// openAIActionOf converts a variant of either union (AsAny) of type typ.
+func openAIActionOf(v any, typ string) (openAIAction, error) {
+	a := openAIAction{typ: typ}
+	var extra map[string]respjson.Field
+	switch v := v.(type) {
+	case responses.ResponseComputerToolCallActionClick:
+		a.button, a.x, a.y, a.keys, extra = v.Button, v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+	case responses.ComputerActionClick:
+		a.button, a.x, a.y, a.keys, extra = v.Button, v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+	case responses.ResponseComputerToolCallActionDoubleClick:
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+	case responses.ComputerActionDoubleClick:
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+	case responses.ResponseComputerToolCallActionDrag:
+		a.keys, extra, a.hasPath = v.Keys, v.JSON.ExtraFields, v.JSON.Path.Valid()
+		for _, p := range v.Path {
+			a.path = append(a.path, openAIPoint{p.JSON.X, p.JSON.Y})
 		}
+	case responses.ComputerActionDrag:
+		a.keys, extra, a.hasPath = v.Keys, v.JSON.ExtraFields, v.JSON.Path.Valid()
+		for _, p := range v.Path {
+			a.path = append(a.path, openAIPoint{p.JSON.X, p.JSON.Y})
+		}
+	case responses.ResponseComputerToolCallActionKeypress:
+		a.keys, a.hasKeys, extra = v.Keys, v.JSON.Keys.Valid(), v.JSON.ExtraFields
+	case responses.ComputerActionKeypress:
+		a.keys, a.hasKeys, extra = v.Keys, v.JSON.Keys.Valid(), v.JSON.ExtraFields
+	case responses.ResponseComputerToolCallActionMove:
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+	case responses.ComputerActionMove:
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+	case responses.ResponseComputerToolCallActionScroll:
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+		a.scroll = [2]respjson.Field{v.JSON.ScrollX, v.JSON.ScrollY}
+	case responses.ComputerActionScroll:
+		a.x, a.y, a.keys, extra = v.JSON.X, v.JSON.Y, v.Keys, v.JSON.ExtraFields
+		a.scroll = [2]respjson.Field{v.JSON.ScrollX, v.JSON.ScrollY}
+	case responses.ResponseComputerToolCallActionType:
+		a.text, a.hasText, extra = v.Text, v.JSON.Text.Valid(), v.JSON.ExtraFields
+	case responses.ComputerActionType:
+		a.text, a.hasText, extra = v.Text, v.JSON.Text.Valid(), v.JSON.ExtraFields
+	case responses.ResponseComputerToolCallActionScreenshot:
+		extra = v.JSON.ExtraFields
+	case responses.ComputerActionScreenshot:
+		extra = v.JSON.ExtraFields
+	case responses.ResponseComputerToolCallActionWait:
+		extra = v.JSON.ExtraFields
+	case responses.ComputerActionWait:
+		extra = v.JSON.ExtraFields
+	default:
+		msg := "must be one of " + strings.Join(openAIActions, ", ")
+		if typ != "" {
+			msg = fmt.Sprintf("unknown action %q; accepted are %s", typ, strings.Join(openAIActions, ", "))
+		}
+		return a, oneOfErr("type", ErrUnsupportedAction, openAIActions, msg)
 	}
-	xy := func() (*Point, error) {
-		for _, f := range []string{"x", "y"} {
-			if _, ok := in[f]; !ok {
-				return nil, fieldErr(f, nil, fmt.Sprintf("required for %s", typ))
+	// A field that belongs to another action type is a mistake worth
+	// naming; a field no action has is a newer API's and is ignored.
+	for _, f := range sortedFieldNames(extra) {
+		if f == "type" || strings.HasPrefix(f, "_") || extra[f].Raw() == "null" {
+			continue
+		}
+		for _, fs := range openAIFields {
+			if slices.Contains(fs, f) {
+				return a, fieldErr(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, takesList(openAIFields[typ])))
 			}
 		}
-		x, err := nonNegInt("x", in["x"])
-		if err != nil {
-			return nil, err
-		}
-		y, err := nonNegInt("y", in["y"])
-		if err != nil {
-			return nil, err
-		}
-		return &Point{X: x, Y: y}, nil
 	}
-	switch typ {
-	case "click":
-		at, err := xy()
+	return a, nil
+}
+
+func sortedFieldNames(m map[string]respjson.Field) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// intField checks a decoded integer field: present, an integer (10.0 is
+// one, 10.5 and "10" are not; the SDK's decoder would truncate or zero
+// them), and (if nonNeg) not negative.
+func intField(name string, f respjson.Field, nonNeg bool) (int, error) {
+	raw := f.Raw()
+	if raw == "" || raw == "null" {
+		return 0, fieldErr(name, nil, "required")
+	}
+	v, err := claudeInt(name, json.RawMessage(raw))
+	if err != nil {
+		return 0, err
+	}
+	if nonNeg && v < 0 {
+		return 0, fieldErr(name, ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", v))
+	}
+	return v, nil
+}
+
+func (a openAIAction) point() (*Point, error) {
+	x, err := intField("x", a.x, true)
+	if err != nil {
+		return nil, err
+	}
+	y, err := intField("y", a.y, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Point{X: x, Y: y}, nil
+}
+
+// parseOpenAIKey resolves one of OpenAI's key names: any case, single
+// letters as their lower-case key (the model writes "C" for the c key).
+func parseOpenAIKey(name string) (Key, error) {
+	if len(name) == 1 && name[0] >= 'A' && name[0] <= 'Z' {
+		name = strings.ToLower(name)
+	}
+	k, err := ParseKey(name)
+	if err != nil {
+		return Key{}, &FieldError{Msg: fmt.Sprintf("unknown key %q; %s", name, openAIKeyHelp), Errs: []error{ErrInvalid, ErrUnknownKey}}
+	}
+	return k, nil
+}
+
+// heldKeys parses the keys held during a pointer action; they must be
+// modifiers.
+func (a openAIAction) heldKeys() ([]Key, error) {
+	var keys []Key
+	for i, n := range a.keys {
+		k, err := parseOpenAIKey(n)
+		if err == nil && !k.IsModifier() {
+			err = fieldErr("", ErrUnknownKey, fmt.Sprintf("%q is not a modifier; keys held during a pointer action are "+
+				"CTRL, SHIFT, ALT, CMD/SUPER/WIN or META", n))
+		}
+		if err != nil {
+			return nil, withPrefix(fmt.Sprintf("keys[%d]", i), err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) > MaxChordKeys {
+		return nil, limitErr("keys", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
+	}
+	return keys, nil
+}
+
+func (a openAIAction) translate() ([]Action, error) {
+	switch a.typ {
+	case "click", "double_click":
+		at, err := a.point()
 		if err != nil {
 			return nil, err
 		}
-		b := "left"
-		if raw, ok := in["button"]; ok {
-			if err := json.Unmarshal(raw, &b); err != nil {
-				return nil, oneOfErr("button", nil, openAIButtons, "must be a string: left, right, wheel, back or forward")
-			}
-		}
-		switch b {
-		case "left":
-			return []Action{Click{At: at, Button: ButtonLeft, Count: 1}}, nil
-		case "right":
-			return []Action{Click{At: at, Button: ButtonRight, Count: 1}}, nil
-		case "wheel", "middle":
-			return []Action{Click{At: at, Button: ButtonMiddle, Count: 1}}, nil
-		case "back":
-			return []Action{Move{To: *at}, KeyPress{Keys: MustKeys("Alt_L", "Left")}}, nil
-		case "forward":
-			return []Action{Move{To: *at}, KeyPress{Keys: MustKeys("Alt_L", "Right")}}, nil
-		}
-		return nil, oneOfErr("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", b))
-	case "double_click":
-		at, err := xy()
+		mods, err := a.heldKeys()
 		if err != nil {
 			return nil, err
 		}
-		return []Action{Click{At: at, Button: ButtonLeft, Count: 2}}, nil
+		if a.typ == "double_click" {
+			return []Action{Click{At: at, Button: ButtonLeft, Count: 2, Modifiers: mods}}, nil
+		}
+		b := map[string]Button{"": ButtonLeft, "left": ButtonLeft, "right": ButtonRight, "wheel": ButtonMiddle,
+			"middle": ButtonMiddle, "back": ButtonBack, "forward": ButtonForward}
+		button, ok := b[strings.ToLower(a.button)]
+		if !ok {
+			return nil, oneOfErr("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", a.button))
+		}
+		return []Action{Click{At: at, Button: button, Count: 1, Modifiers: mods}}, nil
+
 	case "move":
-		at, err := xy()
+		at, err := a.point()
 		if err != nil {
 			return nil, err
 		}
-		return []Action{Move{To: *at}}, nil
+		mods, err := a.heldKeys()
+		if err != nil {
+			return nil, err
+		}
+		if len(mods) == 0 {
+			return []Action{Move{To: *at}}, nil
+		}
+		return []Action{KeyDown{Keys: mods}, Move{To: *at}, KeyUp{Keys: mods}}, nil
+
 	case "screenshot":
 		return []Action{Screenshot{}}, nil
+
 	case "wait":
 		return []Action{Wait{Duration: OpenAIWait}}, nil
+
 	case "type":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
+		if !a.hasText {
+			return nil, fieldErr("text", nil, "required for type")
 		}
-		a := TypeText{Text: text}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []Action{a}, nil
+		return []Action{TypeText{Text: a.text}}, nil
+
 	case "keypress":
-		var names []string
-		if err := json.Unmarshal(in["keys"], &names); err != nil || len(names) == 0 {
+		if !a.hasKeys || len(a.keys) == 0 {
 			return nil, fieldErr("keys", ErrUnknownKey, "must be a non-empty array of key names such as [\"CTRL\", \"C\"]")
 		}
 		var keys []Key
-		for _, n := range names {
-			if len(n) == 1 && n[0] >= 'A' && n[0] <= 'Z' {
-				n = strings.ToLower(n)
-			}
-			k, err := ParseKey(n)
+		for i, n := range a.keys {
+			k, err := parseOpenAIKey(n)
 			if err != nil {
-				return nil, withPrefix("keys", err)
+				return nil, withPrefix(fmt.Sprintf("keys[%d]", i), err)
 			}
 			keys = append(keys, k)
 		}
@@ -165,67 +429,110 @@ func translateOpenAI(action []byte) ([]Action, error) {
 			return nil, err
 		}
 		return []Action{a}, nil
+
 	case "scroll":
-		at, err := xy()
+		at, err := a.point()
 		if err != nil {
 			return nil, err
 		}
-		var sx, sy int
-		if raw, ok := in["scroll_x"]; ok {
-			if sx, err = claudeInt("scroll_x", raw); err != nil {
-				return nil, err
-			}
+		sx, err := intField("scroll_x", a.scroll[0], false)
+		if err != nil && a.scroll[0].Raw() != "" {
+			return nil, err
 		}
-		if raw, ok := in["scroll_y"]; ok {
-			if sy, err = claudeInt("scroll_y", raw); err != nil {
-				return nil, err
-			}
+		sy, err := intField("scroll_y", a.scroll[1], false)
+		if err != nil && a.scroll[1].Raw() != "" {
+			return nil, err
 		}
-		acts := []Action{Move{To: *at}}
-		if a, ok := pixelScroll(at, sy, ScrollDown, ScrollUp); ok {
-			acts = append(acts, a)
+		mods, err := a.heldKeys()
+		if err != nil {
+			return nil, err
 		}
-		if a, ok := pixelScroll(at, sx, ScrollRight, ScrollLeft); ok {
-			acts = append(acts, a)
+		var acts []Action
+		if s, ok := pixelScroll(at, sy, ScrollDown, ScrollUp, mods); ok {
+			acts = append(acts, s)
 		}
-		if len(acts) == 1 {
-			return nil, fieldErr("scroll_y", nil, "scroll_x and scroll_y are both 0: nothing to scroll")
+		if s, ok := pixelScroll(at, sx, ScrollRight, ScrollLeft, mods); ok {
+			acts = append(acts, s)
+		}
+		if len(acts) == 0 {
+			return nil, fieldErr("scroll_y", nil, "scroll_x and scroll_y are both 0 or absent: nothing to scroll")
 		}
 		return acts, nil
+
 	case "drag":
-		var path []map[string]json.RawMessage
-		if err := json.Unmarshal(in["path"], &path); err != nil || len(path) < 2 {
+		if !a.hasPath || len(a.path) < 2 {
 			return nil, fieldErr("path", nil, "must be an array of at least two {\"x\":..,\"y\":..} points")
 		}
-		if len(path) > MaxDragVia+2 {
-			return nil, fieldErr("path", nil, fmt.Sprintf("at most %d points, got %d", MaxDragVia+2, len(path)))
+		if len(a.path) > MaxDragVia+2 {
+			return nil, limitErr("path", MaxDragVia+2, fmt.Sprintf("at most %d points, got %d", MaxDragVia+2, len(a.path)))
 		}
-		pts := make([]Point, len(path))
-		for i, p := range path {
-			f := fmt.Sprintf("path[%d]", i)
-			x, err := nonNegInt(f+".x", p["x"])
+		pts := make([]Point, len(a.path))
+		for i, p := range a.path {
+			f := fmt.Sprintf("path[%d].", i)
+			x, err := intField(f+"x", p.x, true)
 			if err != nil {
 				return nil, err
 			}
-			y, err := nonNegInt(f+".y", p["y"])
+			y, err := intField(f+"y", p.y, true)
 			if err != nil {
 				return nil, err
 			}
 			pts[i] = Point{X: x, Y: y}
 		}
-		last := pts[len(pts)-1]
+		mods, err := a.heldKeys()
+		if err != nil {
+			return nil, err
+		}
 		var via []Point
 		if len(pts) > 2 {
 			via = pts[1 : len(pts)-1]
 		}
-		return []Action{Drag{From: &pts[0], Via: via, To: last, Button: ButtonLeft}}, nil
+		return []Action{Drag{From: &pts[0], Via: via, To: pts[len(pts)-1], Button: ButtonLeft, Modifiers: mods}}, nil
 	}
-	return nil, fieldErr("type", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", typ))
+	return nil, oneOfErr("type", ErrUnsupportedAction, openAIActions, fmt.Sprintf("action %q is not implemented", a.typ))
+}
+
+// agentField names an executor field of n (one of the neutral actions a
+// translated to) in a's own fields.
+func (a openAIAction) agentField(n Action, f string) string {
+	base, rest, _ := strings.Cut(f, ".")
+	switch base {
+	case "modifiers", "keys":
+		return "keys"
+	case "kind", "count", "":
+		return "type"
+	case "amount", "direction":
+		if s, ok := n.(Scroll); ok && (s.Direction == ScrollLeft || s.Direction == ScrollRight) {
+			return "scroll_x"
+		}
+		return "scroll_y"
+	}
+	if a.typ == "drag" {
+		last := fmt.Sprintf("path[%d]", len(a.path)-1)
+		switch {
+		case base == "x" || base == "y":
+			return last + "." + base
+		case base == "from":
+			if rest != "" {
+				return "path[0]." + rest
+			}
+			return "path[0]"
+		case strings.HasPrefix(base, "via["):
+			var k int
+			if _, err := fmt.Sscanf(base, "via[%d]", &k); err == nil {
+				if rest != "" {
+					return fmt.Sprintf("path[%d].%s", k+1, rest)
+				}
+				return fmt.Sprintf("path[%d]", k+1)
+			}
+		}
+	}
+	return f
 }
 
 // pixelScroll turns a pixel offset into a scroll action; pos/neg are the
 // directions of positive and negative offsets.
-func pixelScroll(at *Point, px int, pos, neg Direction) (Action, bool) {
+func pixelScroll(at *Point, px int, pos, neg Direction, mods []Key) (Action, bool) {
 	if px == 0 {
 		return nil, false
 	}
@@ -235,20 +542,34 @@ func pixelScroll(at *Point, px int, pos, neg Direction) (Action, bool) {
 	}
 	n := int(math.Round(math.Abs(float64(px)) / OpenAIScrollPixelsPerClick))
 	n = min(max(n, 1), MaxScrollAmount)
-	return Scroll{At: at, Direction: dir, Amount: n}, true
+	return Scroll{At: at, Direction: dir, Amount: n, Modifiers: mods}, true
 }
 
-// nonNegInt reads a required non-negative integer.
-func nonNegInt(field string, raw json.RawMessage) (int, error) {
-	if raw == nil {
-		return 0, fieldErr(field, nil, "required")
+// OpenAIOutput returns the computer_call_output input item answering call
+// with the result's screenshot, for the agent loop to send back unchanged:
+// the same call_id and output {"type":"computer_screenshot","image_url":
+// "data:image/png;base64,..."}. With ackSafety the call's pending safety
+// checks are copied into acknowledged_safety_checks; otherwise there are
+// none (see ReplyOptions.AcknowledgeSafetyChecks).
+func OpenAIOutput(call *responses.ResponseComputerToolCall, res Result, ackSafety bool) (responses.ResponseInputItemComputerCallOutputParam, error) {
+	out := responses.ResponseInputItemComputerCallOutputParam{CallID: call.CallID}
+	if res.Image == nil {
+		return out, fmt.Errorf("computer_call_output for %s: %w: the run took no screenshot", call.CallID, ErrInvalid)
 	}
-	v, err := claudeInt(field, raw)
-	if err != nil {
-		return 0, err
+	out.Output = responses.ResponseComputerToolCallOutputScreenshotParam{
+		ImageURL: openai.String("data:" + res.Image.MediaType + ";base64," + res.Image.Data),
 	}
-	if v < 0 {
-		return 0, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", v))
+	if ackSafety {
+		for _, c := range call.PendingSafetyChecks {
+			ack := responses.ResponseInputItemComputerCallOutputAcknowledgedSafetyCheckParam{ID: c.ID}
+			if c.Code != "" {
+				ack.Code = openai.String(c.Code)
+			}
+			if c.Message != "" {
+				ack.Message = openai.String(c.Message)
+			}
+			out.AcknowledgedSafetyChecks = append(out.AcknowledgedSafetyChecks, ack)
+		}
 	}
-	return v, nil
+	return out, nil
 }

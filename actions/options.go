@@ -53,6 +53,10 @@ type RunOptions struct {
 	// NoSettle skips settling entirely: screenshots show whatever the mirror
 	// holds at that instant.
 	NoSettle bool `json:"no_settle,omitempty"`
+	// NoGuestSettle settles on the screen alone even when the executor has
+	// a GuestActivity: quiet means the framebuffer stopped changing, not
+	// that the guest went idle.
+	NoGuestSettle bool `json:"no_guest_settle,omitempty"`
 	// Screenshot is the screenshot policy; "" means auto.
 	Screenshot ScreenshotPolicy `json:"screenshot,omitempty"`
 	// Format is the image encoding; "" means png.
@@ -125,6 +129,12 @@ type Result struct {
 	// SettleMS is Settle in milliseconds.
 	SettleMS float64 `json:"settle_ms"`
 	// SettleTimedOut reports that a settle wait hit its maximum (the screen
-	// kept changing).
+	// kept changing, or the guest stayed busy).
 	SettleTimedOut bool `json:"settle_timed_out,omitempty"`
+	// SettleGuestBusy counts the quiet windows in which the screen was quiet
+	// but the guest was still busy (GuestActivity), each of which cost one
+	// more settle round.
+	SettleGuestBusy int `json:"settle_guest_busy,omitempty"`
+	// Clipboard is the text a clipboard_get read.
+	Clipboard *string `json:"clipboard,omitempty"`
 }

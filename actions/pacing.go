@@ -68,6 +68,10 @@ const (
 	devNone device = iota
 	devPointer
 	devKeyboard
+	// devGuest is input delivered inside the guest (GuestInput): it may
+	// overtake display events still queued in QEMU, so a switch to or from
+	// it waits DeviceGap like any device switch.
+	devGuest
 )
 
 // pacer applies a Pacing to a stream of events: before each event it sleeps

@@ -33,6 +33,14 @@ type Episode struct {
 	TTLSeconds  float64   `json:"ttl_s"`
 	// ScreenshotSize is the pool's default for what the agent sees.
 	ScreenshotSize string `json:"screenshot_size"`
+	// CleanStart says the VM was at its ready snapshot, untouched since,
+	// when the episode leased it (always true: the pool resets a VM that
+	// anything touched before leasing it).
+	CleanStart bool `json:"clean_start"`
+	// ResetBeforeLeaseMS is how long the reset took that made the VM clean
+	// again after something touched it while unleased (or after a server
+	// restart); absent when none was needed.
+	ResetBeforeLeaseMS int64 `json:"reset_before_lease_ms,omitempty"`
 	// Set once ended.
 	EndedAt      *time.Time `json:"ended_at,omitempty"`
 	EndReason    string     `json:"end_reason,omitempty"`
@@ -66,9 +74,28 @@ type Pool struct {
 	Leased         int     `json:"leased"`
 	Booting        int     `json:"booting"`
 	Ending         int     `json:"ending"` // being reset or destroyed
+	// VMs are the pool's VMs and their states (warm, leased, resetting).
+	// VMs still booting have no id yet; VMs being destroyed are only
+	// counted in Ending.
+	VMs []PoolVM `json:"vms"`
+	// LastError is why the last background boot failed; empty once a boot
+	// succeeds. The pool retries at RetryAt.
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	RetryAt     *time.Time `json:"retry_at,omitempty"`
 }
 
 // PoolList is the body of GET /v1/pools.
 type PoolList struct {
 	Pools []Pool `json:"pools"`
+}
+
+// PoolVM is one VM of a pool.
+type PoolVM struct {
+	VM    string `json:"vm"`
+	State string `json:"state"`
+	// Dirty is true when something touched the VM since its last reset
+	// began; it is reset before it is leased.
+	Dirty   bool   `json:"dirty,omitempty"`
+	Episode string `json:"episode,omitempty"`
 }

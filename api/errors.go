@@ -68,6 +68,7 @@ const (
 	CodeEpisodeNotFound = "episode_not_found" // no episode of that id
 	CodeEpisodeEnded    = "episode_ended"     // the episode has ended
 	CodePoolFull        = "pool_full"         // the pool holds its max VMs
+	CodeNotLeased       = "not_leased"        // a change to a pool VM that no episode leases
 	CodeHostFull        = "host_full"         // host memory less the reserve is taken
 	CodeNoPools         = "no_pools"          // the server has no pools
 
@@ -113,6 +114,7 @@ var statuses = map[string]int{
 	CodeEpisodeNotFound: http.StatusNotFound,
 	CodeEpisodeEnded:    http.StatusGone,
 	CodePoolFull:        http.StatusTooManyRequests,
+	CodeNotLeased:       http.StatusConflict,
 	CodeHostFull:        http.StatusInsufficientStorage,
 	CodeNoPools:         http.StatusNotImplemented,
 

@@ -17,7 +17,6 @@ import (
 
 // Config declares the pools of a farm. It is read from YAML:
 //
-//	host_reserve_mib: 2048
 //	pools:
 //	  - name: desktop
 //	    image: desktop
@@ -31,13 +30,9 @@ import (
 type Config struct {
 	// Pools are the pools, each with a unique name. At least one.
 	Pools []PoolConfig `yaml:"pools" json:"pools"`
-	// HostMemoryMiB is the memory VMs may use before the reserve is taken
-	// off; 0 means the host's MemTotal.
-	HostMemoryMiB int `yaml:"host_memory_mib,omitempty" json:"host_memory_mib,omitempty"`
-	// HostReserveMiB is kept for the host (deskfarm, libvirtd, page cache):
-	// admission refuses a VM that would push the sum of VM memory past
-	// HostMemoryMiB-HostReserveMiB. Default DefaultHostReserveMiB.
-	HostReserveMiB int `yaml:"host_reserve_mib,omitempty" json:"host_reserve_mib,omitempty"`
+	// Host memory is not declared here: vmm owns admission and refuses a
+	// VM the host cannot hold (vmm.ErrInsufficientResources); the pools
+	// bound only their own counts (PoolConfig.Max).
 	// MaxBoots bounds concurrent boots across all pools. Default 1: under
 	// TCG on 2 cores two boots at once each take more than twice as long.
 	MaxBoots int `yaml:"max_boots,omitempty" json:"max_boots,omitempty"`
@@ -80,12 +75,11 @@ func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * fl
 
 // Defaults.
 const (
-	DefaultHostReserveMiB = 2048
-	DefaultMaxBoots       = 1
-	DefaultTTL            = Seconds(30 * 60)
-	DefaultMaxTTL         = Seconds(24 * 60 * 60)
-	DefaultPoolName       = "desktop"
-	DefaultImage          = "desktop"
+	DefaultMaxBoots = 1
+	DefaultTTL      = Seconds(30 * 60)
+	DefaultMaxTTL   = Seconds(24 * 60 * 60)
+	DefaultPoolName = "desktop"
+	DefaultImage    = "desktop"
 )
 
 // DefaultConfig is the config without a file: one pool "desktop" of image
@@ -130,9 +124,6 @@ func ParseConfig(b []byte) (Config, error) {
 
 // SetDefaults fills zero fields with their defaults.
 func (c *Config) SetDefaults() {
-	if c.HostReserveMiB == 0 {
-		c.HostReserveMiB = DefaultHostReserveMiB
-	}
 	if c.MaxBoots == 0 {
 		c.MaxBoots = DefaultMaxBoots
 	}
@@ -172,12 +163,6 @@ func (c Config) Validate() error {
 	}
 	if len(c.Pools) == 0 {
 		bad("pools", "at least one pool is required")
-	}
-	if c.HostMemoryMiB < 0 {
-		bad("host_memory_mib", "must not be negative, got %d", c.HostMemoryMiB)
-	}
-	if c.HostReserveMiB < 0 {
-		bad("host_reserve_mib", "must not be negative, got %d", c.HostReserveMiB)
 	}
 	if c.MaxBoots < 1 {
 		bad("max_boots", "must be at least 1, got %d", c.MaxBoots)

@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,13 +138,13 @@ func TestE2EEpisodes(t *testing.T) {
 	}
 	srv.Config.Handler = web.NewServer(m, web.Options{Desks: desks, Pools: pm})
 
-	// A killed QEMU: the next call fails clearly, the pool replaces the VM.
+	// A killed QEMU: the next call fails clearly (the vm is dead, or the
+	// pool already heard of it and ended the episode), the pool replaces
+	// the VM.
 	dead := eps[0]
-	if out, err := exec.Command("virsh", "-c", "qemu:///system", "destroy", vmm.DomainPrefix+dead.VM).CombinedOutput(); err != nil {
-		t.Fatalf("virsh destroy: %v: %s", err, out)
-	}
+	killQEMU(t, dead.VM)
 	call("POST", "/v1/episodes/"+dead.ID+"/exec", web.ExecRequest{Argv: []string{"true"}}, 410, &e)
-	if e.Error.Code != web.CodeVMDead {
+	if e.Error.Code != web.CodeVMDead && e.Error.Code != web.CodeEpisodeEnded {
 		t.Fatalf("call on dead vm: %+v", e)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -160,8 +162,15 @@ func TestE2EEpisodes(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := m.Get(context.Background(), dead.VM); err == nil {
-		t.Fatal("dead vm not destroyed")
+	// The episode ends as soon as the death is heard of; the destroy follows.
+	for {
+		if _, err := m.Get(context.Background(), dead.VM); errors.Is(err, vmm.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("dead vm not destroyed")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	// TTL expiry: end the others, lease one for 1 s and watch it come back.
@@ -187,4 +196,119 @@ func TestE2EEpisodes(t *testing.T) {
 	var pools web.PoolList
 	call("GET", "/v1/pools", nil, 200, &pools)
 	call("GET", "/metrics", nil, 200, nil)
+}
+
+// killQEMU kills a VM's QEMU with SIGKILL, as a crash or the OOM killer
+// would; libvirt writes the pid to /run/libvirt/qemu/<domain>.pid.
+func killQEMU(t *testing.T, vm string) {
+	t.Helper()
+	pidFile := filepath.Join("/run/libvirt/qemu", vmm.DomainPrefix+vm+".pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("qemu pid of vm %s: %v", vm, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("qemu pid file %s: %q: %v", pidFile, b, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (qemu of vm %s): %v", pid, vm, err)
+	}
+}
+
+// leaseSpy records the episode labels and resets the pool asks of each VM.
+type leaseSpy struct {
+	pool.VMs
+	mu    sync.Mutex
+	calls map[string][]string // by vm
+}
+
+func (s *leaseSpy) Reset(ctx context.Context, id string) (vmm.ResetResult, error) {
+	s.mu.Lock()
+	s.calls[id] = append(s.calls[id], "reset")
+	s.mu.Unlock()
+	return s.VMs.Reset(ctx, id)
+}
+
+func (s *leaseSpy) SetLabel(ctx context.Context, id, key, value string) error {
+	s.mu.Lock()
+	s.calls[id] = append(s.calls[id], "label "+key+"="+value)
+	s.mu.Unlock()
+	return s.VMs.SetLabel(ctx, id, key, value)
+}
+
+// TestE2EKilledWarmVMLeavesPool: a warm VM whose QEMU is killed with
+// kill -9 is gone from the pool (GET /v1/pools) within 2 s, no lease is
+// attempted on it, and the pool boots a replacement. It needs vmm to
+// publish libvirt's lifecycle events: the pool's safety reconcile alone
+// is far slower than 2 s.
+func TestE2EKilledWarmVMLeavesPool(t *testing.T) {
+	m := testenv.Manager(t, "tiny")
+	os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName))
+	t.Cleanup(func() { os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName)) })
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 2}}}
+	cfg.SetDefaults()
+	spy := &leaseSpy{VMs: m, calls: map[string][]string{}}
+	pm, err := pool.New(context.Background(), spy, cfg, pool.Options{StateDir: testenv.StateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pm.Close()
+	warmVM := func() string {
+		for _, v := range pm.Pools()[0].VMs {
+			if v.State == "warm" && !v.Dirty {
+				return v.VM
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for warmVM() == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warm vm: %+v", pm.Pools())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	dead := warmVM()
+
+	killed := time.Now()
+	killQEMU(t, dead)
+	inPool := func() bool {
+		for _, v := range pm.Pools()[0].VMs {
+			if v.VM == dead {
+				return true
+			}
+		}
+		return false
+	}
+	for inPool() {
+		if time.Since(killed) > 2*time.Second {
+			t.Fatalf("killed warm vm %s still in the pool 2 s later: %+v", dead, pm.Pools())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("killed warm vm left the pool in %v", time.Since(killed).Round(time.Millisecond))
+
+	deadline = time.Now().Add(3 * time.Minute)
+	for warmVM() == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no replacement: %+v", pm.Pools())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		if _, err := m.Get(context.Background(), dead); errors.Is(err, vmm.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("killed vm %s not destroyed", dead)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	spy.mu.Lock()
+	calls := spy.calls[dead]
+	spy.mu.Unlock()
+	if len(calls) != 0 {
+		t.Fatalf("lease attempted on the killed vm: %q", calls)
+	}
 }

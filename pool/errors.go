@@ -16,9 +16,13 @@ var (
 	ErrEpisodeEnded = errors.New("episode ended")
 	// ErrPoolFull means the pool already holds its max VMs, all leased or booting.
 	ErrPoolFull = errors.New("pool at its max")
-	// ErrHostFull means the host's memory (less the reserve) cannot hold
-	// another VM. It also wraps vmm.ErrInsufficientResources.
+	// ErrHostFull means vmm refused to boot a VM for lack of host memory
+	// (vmm owns admission); the error also wraps vmm's, which names the
+	// field (memory_mib) and wraps vmm.ErrInsufficientResources.
 	ErrHostFull = errors.New("host memory exhausted")
+	// ErrNotLeased means a call would change a pool VM that no episode
+	// leases (warm, or being reset); lease it first (Owner, RequireLease).
+	ErrNotLeased = errors.New("pool vm not leased")
 	// ErrClosed means the Manager is closed.
 	ErrClosed = errors.New("pool manager closed")
 )

@@ -24,7 +24,7 @@ func newMetrics() *metrics {
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deskfarm_episodes_ended_total",
 			Help: "Episodes ended, by pool and reason (deleted, expired, vm_died, vm_gone)."}, []string{"pool", "reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deskfarm_episodes_refused_total",
-			Help: "Episode starts refused by admission control, by pool and reason (pool_full, host_full)."}, []string{"pool", "reason"}),
+			Help: "Episode starts refused, by pool and reason (pool_full; host_full when vmm refused the boot)."}, []string{"pool", "reason"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deskfarm_vm_failures_total",
 			Help: "Pool VM failures, by pool and kind (boot, reset, died, vanished)."}, []string{"pool", "kind"}),
 		reset: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "deskfarm_reset_duration_seconds",
@@ -53,15 +53,13 @@ var (
 		"Active episode leases per pool.", []string{"pool"}, nil)
 	descMax     = prometheus.NewDesc("deskfarm_pool_max", "Configured max VMs per pool.", []string{"pool"}, nil)
 	descMinWarm = prometheus.NewDesc("deskfarm_pool_min_warm", "Configured warm VMs per pool.", []string{"pool"}, nil)
-	descMemory  = prometheus.NewDesc("deskfarm_pool_memory_mib",
-		"Guest memory held by pool VMs (including boots in flight), against the admission limit.", []string{"what"}, nil)
 )
 
 // sizeCollector reports pool sizes from the Manager at scrape time.
 type sizeCollector struct{ m *Manager }
 
 func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descVMs, descLeases, descMax, descMinWarm, descMemory} {
+	for _, d := range []*prometheus.Desc{descVMs, descLeases, descMax, descMinWarm} {
 		ch <- d
 	}
 }
@@ -75,7 +73,4 @@ func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMax, prometheus.GaugeValue, float64(p.Max), p.Name)
 		ch <- prometheus.MustNewConstMetric(descMinWarm, prometheus.GaugeValue, float64(p.MinWarm), p.Name)
 	}
-	used, limit := c.m.memory()
-	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(used), "used")
-	ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(limit), "limit")
 }

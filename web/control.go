@@ -25,6 +25,9 @@ func (s *server) takeControl(w http.ResponseWriter, r *http.Request) error {
 	if err := s.mayTakeControl(r); err != nil {
 		return err
 	}
+	if err := s.mayChange(vmID(r), ""); err != nil {
+		return err
+	}
 	d, err := s.desks.Get(r.Context(), vmID(r))
 	if err != nil {
 		return err

@@ -45,7 +45,8 @@ func apiVM(vm vmm.VM) api.VM {
 func apiEpisode(ep pool.Episode, viewerURL string) api.Episode {
 	return api.Episode{ID: ep.ID, VM: ep.VM, Pool: ep.Pool, State: string(ep.State), Warm: ep.Warm,
 		BootSeconds: ep.BootSeconds, CreatedAt: ep.CreatedAt, ExpiresAt: ep.ExpiresAt, TTLSeconds: ep.TTLSeconds,
-		ScreenshotSize: ep.ScreenshotSize, EndedAt: ep.EndedAt, EndReason: ep.EndReason,
+		ScreenshotSize: ep.ScreenshotSize, CleanStart: ep.CleanStart, ResetBeforeLeaseMS: ep.ResetBeforeLeaseMS,
+		EndedAt: ep.EndedAt, EndReason: ep.EndReason,
 		ResetSeconds: ep.ResetSeconds, VMReplaced: ep.VMReplaced, ViewerURL: viewerURL}
 }
 
@@ -58,7 +59,19 @@ func apiPools(ps []pool.PoolStatus) api.PoolList {
 		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Image: p.Image, MemoryMiB: p.MemoryMiB,
 			VCPUs: p.VCPUs, Width: p.Width, Height: p.Height, MinWarm: p.MinWarm, Max: p.Max,
 			ScreenshotSize: p.ScreenshotSize, DefaultTTLS: float64(p.DefaultTTL), MaxTTLS: float64(p.MaxTTL),
-			Warm: p.Warm, Leased: p.Leased, Booting: p.Booting, Ending: p.Ending})
+			Warm: p.Warm, Leased: p.Leased, Booting: p.Booting, Ending: p.Ending, VMs: apiPoolVMs(p.VMs),
+			LastError: p.LastError, LastErrorAt: p.LastErrorAt, RetryAt: p.RetryAt})
+	}
+	return out
+}
+
+func apiPoolVMs(ms []pool.MemberStatus) []api.PoolVM {
+	if ms == nil {
+		return nil
+	}
+	out := make([]api.PoolVM, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, api.PoolVM{VM: m.VM, State: m.State, Dirty: m.Dirty, Episode: m.Episode})
 	}
 	return out
 }

@@ -356,7 +356,7 @@ func TestManualResetHandsControlBack(t *testing.T) {
 
 func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
 	farm := vmmtest.New()
-	cfg := pool.Config{HostMemoryMiB: 100000, Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
 		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}}}
 	cfg.SetDefaults()
 	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
@@ -421,5 +421,68 @@ func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
 	var st ControlStatus
 	if json.Unmarshal(b, &st); st.Human {
 		t.Errorf("a person still holds control of the VM after its episode ended: %s", b)
+	}
+}
+
+// A warm pool VM that no episode leases refuses every change with 409
+// not_leased (issue 9: the next episode must not lease it dirty); reads
+// still work, and once leased the same calls go through.
+func TestUnleasedPoolVMRefusesChanges(t *testing.T) {
+	farm := vmmtest.New()
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 1}}}
+	cfg.SetDefaults()
+	log := slog.New(slog.DiscardHandler)
+	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
+		return &stillDisplay{}, nil
+	}})
+	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
+	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+
+	var warm string
+	for deadline := time.Now().Add(5 * time.Second); warm == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, m := range pools.Pools()[0].VMs {
+			if m.State == "warm" {
+				warm = m.VM
+			}
+		}
+	}
+	if warm == "" {
+		t.Fatalf("no warm VM: %+v", pools.Pools())
+	}
+	vmURL := srv.URL + "/v1/vms/" + warm
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`},
+		{"POST", "/exec", `{"argv":["true"]}`},
+		{"PUT", "/files?path=/tmp/x", "data"},
+		{"POST", "/control", ""},
+	} {
+		code, b := send(t, c.method, vmURL+c.path, c.body)
+		var e struct{ Error api.ErrorBody }
+		json.Unmarshal(b, &e)
+		if code != http.StatusConflict || e.Error.Code != api.CodeNotLeased || !strings.Contains(e.Error.Message, warm) {
+			t.Errorf("%s %s on a warm VM: %d %s; want 409 not_leased naming the VM", c.method, c.path, code, b)
+		}
+	}
+	if code, b := send(t, "GET", vmURL+"/screenshot", ""); code != http.StatusOK {
+		t.Errorf("screenshot of a warm VM: %d %s; reads stay open", code, b)
+	}
+	if m := pools.Pools()[0].VMs[0]; m.Dirty {
+		t.Errorf("refused calls marked the warm VM dirty: %+v", m)
+	}
+
+	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{}`)
+	var ep EpisodeResponse
+	if json.Unmarshal(b, &ep); code != http.StatusCreated || ep.VM != warm || !ep.CleanStart {
+		t.Fatalf("start episode: %d %s; want the warm VM %s, clean", code, b, warm)
+	}
+	if code, b := send(t, "POST", srv.URL+"/v1/episodes/"+ep.ID+"/exec", `{"argv":["true"]}`); code != http.StatusOK {
+		t.Errorf("exec on the episode: %d %s", code, b)
+	}
+	if code, b := send(t, "POST", vmURL+"/exec", `{"argv":["true"]}`); code != http.StatusOK {
+		t.Errorf("exec on the leased VM's own route: %d %s", code, b)
 	}
 }

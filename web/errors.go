@@ -54,6 +54,7 @@ var sentinels = []sentinel{
 	{pool.ErrEpisodeNotFound, api.CodeEpisodeNotFound},
 	{pool.ErrEpisodeEnded, api.CodeEpisodeEnded},
 	{pool.ErrPoolFull, api.CodePoolFull},
+	{pool.ErrNotLeased, api.CodeNotLeased},
 	{pool.ErrHostFull, api.CodeHostFull},
 
 	{desk.ErrHumanControl, api.CodeHumanControl},

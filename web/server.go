@@ -121,21 +121,21 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"POST", "/v1/vms/{id}/reset", "reset", s.reset},
 		// The VM routes that an episode also has: the handler gets a target
 		// resolved from either path (episodes.go).
-		{"POST", "/v1/vms/{id}/exec", "exec", s.onVM(s.exec)},
+		{"POST", "/v1/vms/{id}/exec", "exec", s.onVM(s.mutates(s.exec))},
 		{"GET", "/v1/vms/{id}/files", "read_file", s.onVM(s.readFile)},
-		{"PUT", "/v1/vms/{id}/files", "write_file", s.onVM(s.writeFile)},
-		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.onVM(s.act))},
+		{"PUT", "/v1/vms/{id}/files", "write_file", s.onVM(s.mutates(s.writeFile))},
+		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.onVM(s.mutates(s.act)))},
 		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.onVM(s.screenshot))},
 		// Episodes lease pool VMs (episodes.go).
 		{"POST", "/v1/episodes", "episode_start", s.startEpisode},
 		{"GET", "/v1/episodes", "episode_list", s.listEpisodes},
 		{"GET", "/v1/episodes/{id}", "episode_get", s.getEpisode},
 		{"DELETE", "/v1/episodes/{id}", "episode_end", s.endEpisode},
-		{"POST", "/v1/episodes/{id}/actions", "actions", s.timed(s.met.action, "episode", s.onEpisode(s.act))},
+		{"POST", "/v1/episodes/{id}/actions", "actions", s.timed(s.met.action, "episode", s.onEpisode(s.mutates(s.act)))},
 		{"GET", "/v1/episodes/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "episode", s.onEpisode(s.screenshot))},
-		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.exec)},
+		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.mutates(s.exec))},
 		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile)},
-		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.writeFile)},
+		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.mutates(s.writeFile))},
 		{"GET", "/v1/pools", "pools", s.listPools},
 		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
@@ -452,6 +452,35 @@ func (s *server) onVM(h targetHandler) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		return h(w, r, target{vm: vmID(r), ctx: r.Context()})
 	}
+}
+
+// mutates guards a handler that changes a VM (actions, exec, file
+// writes): a pool VM that no episode leases refuses with 409 not_leased, so
+// nothing dirties a warm VM behind the pool's back; and a VM changed is
+// marked touched, so the pool resets it before leasing it again.
+func (s *server) mutates(h targetHandler) targetHandler {
+	return func(w http.ResponseWriter, r *http.Request, t target) error {
+		if err := s.mayChange(t.vm, t.episode); err != nil {
+			return err
+		}
+		return h(w, r, t)
+	}
+}
+
+// mayChange is mutates' check, for handlers that are not targetHandlers
+// (taking control): it refuses an unleased pool VM on a /v1/vms route and
+// marks the VM touched.
+func (s *server) mayChange(vm, episode string) error {
+	if s.pools == nil {
+		return nil
+	}
+	if episode == "" {
+		if err := s.pools.RequireLease(vm); err != nil {
+			return err
+		}
+	}
+	s.pools.Touch(vm)
+	return nil
 }
 
 // vmID returns the {id} path value and notes it for the request log.

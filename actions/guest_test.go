@@ -1,0 +1,319 @@
+package actions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeGuest is a GuestInput that records what it is asked into the fake
+// display's event list, so tests see the order of display and guest input
+// as the guest would.
+type fakeGuest struct {
+	f         *fakeDisplay
+	clipboard string
+	fail      error
+}
+
+func (g *fakeGuest) TypeText(ctx context.Context, text string) error {
+	if g.fail != nil {
+		return g.fail
+	}
+	return g.f.event("guest type " + text)
+}
+
+func (g *fakeGuest) Button(ctx context.Context, button, x, y, count int) error {
+	if g.fail != nil {
+		return g.fail
+	}
+	return g.f.event(fmt.Sprintf("guest button %d %d,%d x%d", button, x, y, count))
+}
+
+func (g *fakeGuest) ClipboardGet(ctx context.Context) (string, error) { return g.clipboard, g.fail }
+func (g *fakeGuest) ClipboardSet(ctx context.Context, text string) error {
+	if g.fail != nil {
+		return g.fail
+	}
+	g.clipboard = text
+	return nil
+}
+
+func newGuestExecutor(t *testing.T, f *fakeDisplay) (*Executor, *fakeGuest) {
+	t.Helper()
+	g := &fakeGuest{f: f}
+	e, err := NewExecutor(f, ExecutorConfig{Guest: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pace.sleep = func(ctx context.Context, d time.Duration) error {
+		f.now += max(d, 0)
+		return ctx.Err()
+	}
+	return e, g
+}
+
+// TestTypeUnicodeThroughGuest: text with any non-ASCII character goes whole
+// through the guest, in one piece and in order; pure ASCII stays on the
+// display's keys.
+func TestTypeUnicodeThroughGuest(t *testing.T) {
+	f := newFake(100, 80)
+	e, _ := newGuestExecutor(t, f)
+	text := "Grüße, café — naïve ✓ 日本語 😀\n"
+	run(t, e, noShot, TypeText{Text: "ab"}, TypeText{Text: text}, TypeText{Text: "c"})
+	checkEvents(t, f.events,
+		"key a down", "key a up", "key b down", "key b up",
+		"guest type "+text,
+		"key c down", "key c up")
+	// The switch between the display's keyboard and the guest waits the
+	// device gap both ways, so the guest does not overtake queued keys.
+	if gap := f.at[4] - f.at[3]; gap < DefaultPacing.DeviceGap {
+		t.Errorf("guest typed %v after the last display key; want at least %v", gap, DefaultPacing.DeviceGap)
+	}
+}
+
+// TestTypeUnicodeWithoutGuest: without a guest path non-ASCII text is
+// refused before anything is sent, naming the character and what is needed.
+func TestTypeUnicodeWithoutGuest(t *testing.T) {
+	f := newFake(100, 80)
+	e := newTestExecutor(t, f, ScreenshotSize{})
+	_, err := e.Run(context.Background(), []Action{TypeText{Text: "ok"}, TypeText{Text: "naïve"}}, noShot)
+	if !errors.Is(err, ErrUntypable) || fieldOf(err) != "actions[1].text" ||
+		!strings.Contains(err.Error(), "U+00EF") || !strings.Contains(err.Error(), "guest input path") {
+		t.Fatalf("err %v (field %q)", err, fieldOf(err))
+	}
+	if len(f.events) != 0 {
+		t.Errorf("sent %v", f.events)
+	}
+}
+
+// TestHorizontalScrollThroughGuest: the pointer moves over the display, the
+// modifiers go down, the guest clicks button 6/7 amount times there, and the
+// modifiers come up after it.
+func TestHorizontalScrollThroughGuest(t *testing.T) {
+	for dir, button := range map[Direction]int{ScrollLeft: 6, ScrollRight: 7} {
+		f := newFake(100, 80)
+		e, _ := newGuestExecutor(t, f)
+		run(t, e, noShot, Scroll{At: pt(7, 8), Direction: dir, Amount: 3, Modifiers: MustKeys("ctrl")})
+		checkEvents(t, f.events,
+			"ptr 7,8 0x00", "key Control_L down",
+			fmt.Sprintf("guest button %d 7,8 x3", button),
+			"key Control_L up")
+	}
+}
+
+// TestBackForwardThroughGuest: back and forward are guest clicks of X
+// buttons 8 and 9 where the pointer was moved.
+func TestBackForwardThroughGuest(t *testing.T) {
+	f := newFake(100, 80)
+	e, _ := newGuestExecutor(t, f)
+	run(t, e, noShot, Click{At: pt(5, 6), Button: ButtonBack}, Click{At: pt(9, 9), Button: ButtonForward, Count: 2})
+	checkEvents(t, f.events, "ptr 5,6 0x00", "guest button 8 5,6 x1", "ptr 9,9 0x00", "guest button 9 9,9 x2")
+	if _, err := e.Run(context.Background(), []Action{ButtonDown{Button: ButtonBack}}, noShot); !errors.Is(err, ErrUnsupportedButton) ||
+		fieldOf(err) != "actions[0].button" {
+		t.Errorf("holding back: %v", err)
+	}
+}
+
+// TestGuestOnlyActionsWithoutGuest: each action that needs the guest names
+// its field and says so, and nothing is sent.
+func TestGuestOnlyActionsWithoutGuest(t *testing.T) {
+	f := newFake(100, 80)
+	e := newTestExecutor(t, f, ScreenshotSize{})
+	mv := Move{To: Point{1, 1}}
+	for _, c := range []struct {
+		act   Action
+		field string
+		kind  error
+	}{
+		{Scroll{Direction: ScrollLeft, Amount: 1}, "actions[1].direction", ErrUnsupportedButton},
+		{Scroll{Direction: ScrollRight, Amount: 1}, "actions[1].direction", ErrUnsupportedButton},
+		{Click{Button: ButtonForward}, "actions[1].button", ErrUnsupportedButton},
+		{ClipboardGet{}, "actions[1].kind", ErrUnsupportedAction},
+		{ClipboardSet{Text: "x"}, "actions[1].kind", ErrUnsupportedAction},
+	} {
+		_, err := e.Run(context.Background(), []Action{mv, c.act}, noShot)
+		if !errors.Is(err, c.kind) || fieldOf(err) != c.field || !strings.Contains(err.Error(), "guest input path") {
+			t.Errorf("%#v: err %v (field %q), want %v on %s", c.act, err, fieldOf(err), c.kind, c.field)
+		}
+	}
+	if len(f.events) != 0 {
+		t.Errorf("sent %v", f.events)
+	}
+}
+
+func TestClipboard(t *testing.T) {
+	f := newFake(100, 80)
+	e, g := newGuestExecutor(t, f)
+	res := run(t, e, RunOptions{}, ClipboardSet{Text: "Grüße 日本"}, ClipboardGet{})
+	if res.Clipboard == nil || *res.Clipboard != "Grüße 日本" || g.clipboard != "Grüße 日本" {
+		t.Errorf("clipboard %v, guest holds %q", res.Clipboard, g.clipboard)
+	}
+	if res.Image != nil {
+		t.Error("clipboard_get last took a screenshot; it is an observation")
+	}
+	if _, err := DecodeActions([]byte(`[{"kind":"clipboard_set","text":"a","x":1}]`)); fieldOf(err) != "actions[0].x" {
+		t.Errorf("clipboard_set with x: %v", err)
+	}
+}
+
+// TestGuestFailureReleases: a failing guest call fails the run with
+// ErrGuest and the modifiers the action pressed are released.
+func TestGuestFailureReleases(t *testing.T) {
+	f := newFake(100, 80)
+	e, g := newGuestExecutor(t, f)
+	g.fail = errors.New("agent gone")
+	_, err := e.Run(context.Background(), []Action{Scroll{At: pt(1, 1), Direction: ScrollLeft, Amount: 1, Modifiers: MustKeys("shift")}}, noShot)
+	if !errors.Is(err, ErrGuest) || !strings.Contains(err.Error(), "agent gone") {
+		t.Fatalf("err %v", err)
+	}
+	if s := f.stuck(); len(s) != 0 {
+		t.Errorf("left pressed %v", s)
+	}
+}
+
+// screenTimeline is a Display whose screen changes at fixed virtual times;
+// its Settle follows Display's contract on the fake's virtual clock: a round
+// trip, then wait until the screen has been unchanged for quiet, or max.
+type screenTimeline struct {
+	*fakeDisplay
+	changes []time.Duration // when the framebuffer changed
+	rtt     time.Duration
+}
+
+func (s *screenTimeline) Settle(ctx context.Context, quiet, limit time.Duration) (time.Duration, error) {
+	start := s.now
+	t := start + s.rtt
+	for {
+		last := time.Duration(-1 << 62)
+		for _, c := range s.changes {
+			if c <= t {
+				last = c
+			}
+		}
+		next := max(t, last+quiet)
+		if next == t {
+			break
+		}
+		t = next
+	}
+	t = min(t, start+limit)
+	s.now = t
+	return t - start, nil
+}
+
+// busyGuest is a GuestActivity whose vCPU time grows at 1 vCPU during busy
+// intervals and at idle otherwise, on the fake's virtual clock.
+type busyGuest struct {
+	f    *fakeDisplay
+	busy [][2]time.Duration
+	idle float64
+}
+
+func (g *busyGuest) CPUTime(ctx context.Context) (time.Duration, error) {
+	now := g.f.now
+	cpu := time.Duration(float64(now) * g.idle)
+	for _, b := range g.busy {
+		if now > b[0] {
+			d := min(now, b[1]) - b[0]
+			cpu += time.Duration(float64(d) * (1 - g.idle))
+		}
+	}
+	return cpu, nil
+}
+
+func newSettleExecutor(t *testing.T, s *screenTimeline, a GuestActivity) *Executor {
+	t.Helper()
+	e, err := NewExecutor(s, ExecutorConfig{Activity: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pace.sleep = func(ctx context.Context, d time.Duration) error {
+		s.now += max(d, 0)
+		return ctx.Err()
+	}
+	base := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	e.now = func() time.Time { return base.Add(s.now) }
+	return e
+}
+
+// TestSettleWaitsForGuest: a click on a launcher. The button repaints at
+// once, then the screen stays still for 450 ms while the program starts
+// (vCPU busy), then its window paints. Settling on the screen alone answers
+// before the window; with the guest's activity it answers after it.
+func TestSettleWaitsForGuest(t *testing.T) {
+	launch := func() (*screenTimeline, *busyGuest) {
+		s := &screenTimeline{fakeDisplay: newFake(100, 80), rtt: 10 * time.Millisecond}
+		// The click is sent at ~0; times are after it.
+		s.changes = []time.Duration{20 * time.Millisecond, 600 * time.Millisecond, 640 * time.Millisecond}
+		return s, &busyGuest{f: s.fakeDisplay, idle: 0.02, busy: [][2]time.Duration{{0, 700 * time.Millisecond}}}
+	}
+	window := 640 * time.Millisecond
+
+	s, _ := launch()
+	res := run(t, newSettleExecutor(t, s, nil), noShot, Click{At: pt(1, 1)})
+	if s.now >= window {
+		t.Fatalf("screen-only settle ended at %v, after the window; the scenario does not show the stale case", s.now)
+	}
+
+	s, g := launch()
+	res = run(t, newSettleExecutor(t, s, g), noShot, Click{At: pt(1, 1)})
+	if s.now < window+DefaultSettleQuiet {
+		t.Errorf("settled at %v, before the window painted at %v and stayed quiet %v", s.now, window, DefaultSettleQuiet)
+	}
+	if res.SettleTimedOut || res.SettleGuestBusy == 0 {
+		t.Errorf("timed out %v, busy rounds %d", res.SettleTimedOut, res.SettleGuestBusy)
+	}
+	if s.now > 1200*time.Millisecond {
+		t.Errorf("settled at %v: far later than the guest went idle at 700ms", s.now)
+	}
+}
+
+// TestSettleIdleGuestCostsNothing: with an idle guest the settle ends when
+// the screen's does.
+func TestSettleIdleGuestCostsNothing(t *testing.T) {
+	ends := map[bool]time.Duration{}
+	for _, withActivity := range []bool{false, true} {
+		s := &screenTimeline{fakeDisplay: newFake(100, 80), rtt: 10 * time.Millisecond,
+			changes: []time.Duration{30 * time.Millisecond}}
+		var a GuestActivity
+		if withActivity {
+			a = &busyGuest{f: s.fakeDisplay, idle: 0.03}
+		}
+		res := run(t, newSettleExecutor(t, s, a), noShot, Click{At: pt(1, 1)})
+		if res.SettleGuestBusy != 0 || res.SettleTimedOut {
+			t.Errorf("activity %v: busy rounds %d, timed out %v", withActivity, res.SettleGuestBusy, res.SettleTimedOut)
+		}
+		ends[withActivity] = s.now
+	}
+	if ends[true] != ends[false] {
+		t.Errorf("idle guest settled at %v, screen alone at %v", ends[true], ends[false])
+	}
+}
+
+// TestSettleBusyGuestTimesOut: a guest that never goes idle (a busy loop
+// behind a still screen) costs the maximum wait and no more, reported as a
+// timeout.
+func TestSettleBusyGuestTimesOut(t *testing.T) {
+	s := &screenTimeline{fakeDisplay: newFake(100, 80), rtt: 10 * time.Millisecond}
+	g := &busyGuest{f: s.fakeDisplay, busy: [][2]time.Duration{{0, time.Hour}}}
+	opts := RunOptions{Screenshot: ScreenshotNever, SettleMaxMS: 1000}
+	e := newSettleExecutor(t, s, g)
+	start := s.now
+	res := run(t, e, opts, Click{At: pt(1, 1)})
+	settled := s.now - start
+	if !res.SettleTimedOut {
+		t.Errorf("not reported as timed out (busy rounds %d)", res.SettleGuestBusy)
+	}
+	if settled > time.Second+100*time.Millisecond || res.Settle > time.Second {
+		t.Errorf("waited %v (settle %v); max was 1s", settled, res.Settle)
+	}
+	// no_guest_settle turns it off per request.
+	s.now = 0
+	res = run(t, e, RunOptions{Screenshot: ScreenshotNever, NoGuestSettle: true}, Click{At: pt(1, 1)})
+	if res.SettleTimedOut || res.Settle > 200*time.Millisecond {
+		t.Errorf("no_guest_settle: waited %v, timed out %v", res.Settle, res.SettleTimedOut)
+	}
+}

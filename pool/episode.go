@@ -1,0 +1,83 @@
+package pool
+
+import "time"
+
+// EpisodeState is where an episode is in its life.
+type EpisodeState string
+
+// Episode states.
+const (
+	EpisodeActive EpisodeState = "active" // the VM is the episode's
+	EpisodeEnding EpisodeState = "ending" // the VM is being reset
+	EpisodeEnded  EpisodeState = "ended"  // the VM is no longer the episode's
+)
+
+// End reasons.
+const (
+	ReasonDeleted = "deleted" // DELETE /v1/episodes/{id}
+	ReasonExpired = "expired" // its TTL ran out
+	ReasonVMDied  = "vm_died" // QEMU died; the VM was destroyed and replaced
+	ReasonVMGone  = "vm_gone" // the VM disappeared (destroyed outside the pool, or lost across a restart)
+)
+
+// Episode is one lease of a pool VM.
+type Episode struct {
+	ID    string       `json:"id"`
+	VM    string       `json:"vm"`
+	Pool  string       `json:"pool"`
+	State EpisodeState `json:"state"`
+	// Warm is true when a warm VM served the start; false when one was
+	// booted for it (BootSeconds says how long that took).
+	Warm        bool      `json:"warm"`
+	BootSeconds float64   `json:"boot_seconds,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	TTLSeconds  float64   `json:"ttl_s"`
+	// ScreenshotSize is the pool's default for what the agent sees.
+	ScreenshotSize string `json:"screenshot_size"`
+	// CleanStart says the VM was at its ready snapshot, untouched since,
+	// when the episode leased it. The lease state machine refuses to lease
+	// a dirty VM, so it is always true; it is recorded so a client can see it.
+	CleanStart bool `json:"clean_start"`
+	// ResetBeforeLeaseMS is how long the reset took that made the VM clean
+	// again after something touched it while unleased (or after a restart,
+	// when what happened to it is unknown); 0 when it was clean already.
+	ResetBeforeLeaseMS int64 `json:"reset_before_lease_ms,omitempty"`
+	// Set once ended.
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	EndReason    string     `json:"end_reason,omitempty"`
+	ResetSeconds float64    `json:"reset_seconds,omitempty"`
+	// VMReplaced is true when the VM could not be reset and was destroyed;
+	// the pool boots a replacement.
+	VMReplaced bool `json:"vm_replaced,omitempty"`
+}
+
+// PoolStatus is one pool's config and current sizes.
+type PoolStatus struct {
+	PoolConfig
+	Warm    int `json:"warm"`
+	Leased  int `json:"leased"`
+	Booting int `json:"booting"`
+	Ending  int `json:"ending"` // being reset or destroyed
+	// VMs are the pool's VMs and their states (warm, leased, resetting),
+	// by id. VMs still booting have no id yet; VMs being destroyed (dead,
+	// failed a reset, evicted) have left the pool and are only counted in
+	// Ending.
+	VMs []MemberStatus `json:"vms"`
+	// LastError is why the last background boot failed (e.g. vmm refused
+	// it for lack of memory); empty once a boot succeeds. The pool retries
+	// at RetryAt.
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	RetryAt     *time.Time `json:"retry_at,omitempty"`
+}
+
+// MemberStatus is one pool VM as PoolStatus lists it.
+type MemberStatus struct {
+	VM    string `json:"vm"`
+	State string `json:"state"`
+	// Dirty is true when something touched the VM since its last reset
+	// began; it is reset before it is leased.
+	Dirty   bool   `json:"dirty,omitempty"`
+	Episode string `json:"episode,omitempty"`
+}

@@ -1,0 +1,299 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// Pool members: feeding inputs to the lease state machine (lease.go) and
+// carrying out its effects outside the lock.
+
+// member is one VM of a pool; its state moves only through step (lease.go).
+type member struct {
+	key   string // VM id; "boot-N" while booting
+	vm    string // "" while booting
+	pool  string
+	state memberState
+	dirty bool
+	// episode is the episode that holds the VM (leased, or resetting at its end).
+	episode string
+	// reserved is set on a boot made for one Start: the VM is that start's,
+	// not offered to others.
+	reserved bool
+	// fits is false when the VM no longer matches its pool's spec.
+	fits bool
+	// cleanedMS is the duration of the reset that cleaned it since its last lease.
+	cleanedMS int64
+}
+
+// stepLocked feeds in to mb's state machine and returns the effects to
+// carry out. A refused input changes nothing.
+func (m *Manager) stepLocked(mb *member, in input) (effects, error) {
+	from := mb.state
+	to, dirty, fx, err := step(mb.state, mb.dirty, in)
+	if err != nil {
+		m.log.Debug("pool member input refused", "op", in.String(), "vm", mb.vm, "pool", mb.pool, "state", from, "dirty", mb.dirty)
+		return 0, err
+	}
+	mb.state, mb.dirty = to, dirty
+	if to != stLeased && to != stResetting {
+		mb.episode = ""
+	}
+	if to == stGone {
+		delete(m.members, mb.key)
+	}
+	if from != to {
+		m.log.Debug("pool member", "op", in.String(), "vm", mb.vm, "pool", mb.pool, "from", from, "to", to, "dirty", dirty)
+	}
+	if fx.has(fxWake) {
+		m.wakeLocked(mb.pool)
+	}
+	return fx, nil
+}
+
+// wakeLocked hands clean warm VMs of a pool to waiting starts, first come
+// first served, tells the other waiters to look again, and wakes the refill.
+func (m *Manager) wakeLocked(pool string) {
+	m.poke()
+	p := m.pools[pool]
+	if p == nil {
+		return
+	}
+	for len(p.waiters) > 0 {
+		mb := m.cleanWarmLocked(p)
+		if mb == nil {
+			break
+		}
+		w := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		w.ch <- handoff{mb: mb, ep: m.leaseLocked(p, mb, w.ttl, true, 0)}
+	}
+	for _, w := range p.waiters {
+		w.ch <- handoff{}
+	}
+	p.waiters = nil
+}
+
+// cleanWarmLocked returns a leasable member of p, or nil.
+func (m *Manager) cleanWarmLocked(p *poolRT) *member {
+	var best *member
+	for _, mb := range m.members {
+		if mb.pool == p.cfg.Name && mb.state == stWarm && !mb.dirty && !mb.reserved && mb.fits &&
+			(best == nil || mb.key < best.key) {
+			best = mb
+		}
+	}
+	return best
+}
+
+// counts are a pool's members by what they will be.
+type counts struct {
+	total   int // every member: what Max bounds
+	warm    int // warm, clean or dirty
+	coming  int // will turn leasable without a start's help: background boots, resets, dirty warm VMs
+	future  int // warm now or soon: warm, background boots, resets (what min_warm counts)
+	leased  int
+	booting int
+	ending  int // resetting or destroying
+	dying   int // destroying
+}
+
+func (m *Manager) countLocked(pool string) counts {
+	var c counts
+	for _, mb := range m.members {
+		if mb.pool != pool {
+			continue
+		}
+		c.total++
+		switch mb.state {
+		case stBooting:
+			c.booting++
+			if !mb.reserved {
+				c.coming++
+				c.future++
+			}
+		case stWarm:
+			c.warm++
+			c.future++
+			if mb.dirty {
+				c.coming++
+			}
+		case stLeased:
+			c.leased++
+		case stResetting:
+			c.ending++
+			c.coming++
+			c.future++
+		case stDestroying:
+			c.ending++
+			c.dying++
+		}
+	}
+	return c
+}
+
+// addBootingLocked adds a member for a boot about to start.
+func (m *Manager) addBootingLocked(p *poolRT, reserved bool) *member {
+	m.bootN++
+	mb := &member{key: fmt.Sprintf("boot-%d", m.bootN), pool: p.cfg.Name, state: stBooting, reserved: reserved, fits: true}
+	m.members[mb.key] = mb
+	return mb
+}
+
+// bootedLocked records a VM a boot made; a VM that died before this (its
+// event came first) is passed on to destroy.
+func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
+	delete(m.members, mb.key)
+	mb.key, mb.vm = vm.ID, vm.ID
+	m.members[mb.key] = mb
+	fx, _ := m.stepLocked(mb, inBooted)
+	if _, died := m.diedEarly[vm.ID]; died {
+		delete(m.diedEarly, vm.ID)
+		fx, _ = m.stepLocked(mb, inDied)
+	}
+	return fx
+}
+
+// boot creates one VM to pool p's spec, labelled as p's. The caller holds
+// a boot slot.
+func (m *Manager) boot(ctx context.Context, p *poolRT, op string) (vmm.VM, time.Duration, error) {
+	start := time.Now()
+	m.log.Debug("pool boot started", "op", op, "pool", p.cfg.Name, "image", p.cfg.Image)
+	opts := p.cfg.createOptions()
+	opts.Labels = map[string]string{LabelPool: p.cfg.Name}
+	vm, err := m.vms.Create(ctx, opts)
+	d := time.Since(start)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.met.failures.WithLabelValues(p.cfg.Name, "boot").Inc()
+		}
+		m.log.Warn("pool boot failed", "op", op, "pool", p.cfg.Name, "duration", d.Round(time.Millisecond), "err", err)
+		return vm, d, fmt.Errorf("boot %s vm: %w", p.cfg.Image, err)
+	}
+	m.met.boot.WithLabelValues(p.cfg.Name).Observe(d.Seconds())
+	m.log.Debug("pool boot finished", "op", op, "pool", p.cfg.Name, "vm", vm.ID, "duration", d.Round(time.Millisecond))
+	return vm, d, nil
+}
+
+// unlabelAndReset carries out a reset's effects outside the lock: the
+// episode label is removed first (no one can lease the VM while it is
+// resetting), then the VM goes back to its ready snapshot. Not the caller's
+// context: a client hanging up must not leave the VM half reset.
+func (m *Manager) unlabelAndReset(mb *member, fx effects, op string) (vmm.ResetResult, error) {
+	if fx.has(fxUnlabel) {
+		lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := m.vms.SetLabel(lctx, mb.vm, LabelEpisode, ""); err != nil && !errors.Is(err, vmm.ErrNotFound) {
+			// A stale label is harmless: recovery finds no live episode
+			// for it and treats the VM as dirty.
+			m.log.Warn("remove episode label", "op", op, "vm", mb.vm, "err", err)
+		}
+		cancel()
+	}
+	if !fx.has(fxReset) {
+		return vmm.ResetResult{}, nil
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	return m.vms.Reset(rctx, mb.vm)
+}
+
+// resetDoneLocked feeds a reset's outcome to mb and evicts a VM that no
+// longer fits its pool; it returns the effects left (destroy).
+func (m *Manager) resetDoneLocked(mb *member, err error) effects {
+	if err != nil {
+		fx, serr := m.stepLocked(mb, inResetFailed)
+		if serr == nil {
+			kind := "reset"
+			if errors.Is(err, vmm.ErrDead) || errors.Is(err, vmm.ErrNotRunning) {
+				kind = "died"
+			}
+			m.met.failures.WithLabelValues(mb.pool, kind).Inc()
+		}
+		return fx
+	}
+	fx, serr := m.stepLocked(mb, inResetOK)
+	if serr != nil {
+		return 0
+	}
+	if m.overLocked(mb) {
+		fx, _ = m.stepLocked(mb, inEvict)
+	}
+	return fx
+}
+
+// overLocked says whether a warm member must leave its pool: the pool is
+// gone from the config, the VM is not to its spec, or the pool holds more
+// than its max.
+func (m *Manager) overLocked(mb *member) bool {
+	p := m.pools[mb.pool]
+	if p == nil || !mb.fits {
+		return true
+	}
+	// VMs already on their way out do not count: a destroy that failed
+	// (and is retried) must not make the pool evict another.
+	c := m.countLocked(mb.pool)
+	return c.total-c.dying > p.cfg.Max
+}
+
+// goReset carries out a reset in the background (an aborted lease).
+func (m *Manager) goReset(mb *member, fx effects, op string) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.resetMember(mb, fx, op)
+	}()
+}
+
+// resetMember resets mb and feeds the outcome back; a failed reset
+// destroys it.
+func (m *Manager) resetMember(mb *member, fx effects, op string) {
+	start := time.Now()
+	res, err := m.unlabelAndReset(mb, fx, op)
+	if err != nil {
+		m.log.Warn("reset pool vm failed; destroying it", "op", op, "vm", mb.vm, "pool", mb.pool, "err", err)
+	}
+	m.mu.Lock()
+	if err == nil {
+		// Set before reset_ok, which may hand the VM to a waiting start.
+		mb.cleanedMS = max(time.Since(start).Milliseconds(), res.Duration.Milliseconds(), 1)
+	}
+	after := m.resetDoneLocked(mb, err)
+	m.mu.Unlock()
+	m.doDestroy(mb, after, op)
+}
+
+// doDestroy destroys mb's VM when fx says so, and records it gone.
+func (m *Manager) doDestroy(mb *member, fx effects, op string) {
+	if mb == nil || !fx.has(fxDestroy) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err := m.vms.Destroy(ctx, mb.vm)
+	cancel()
+	if err != nil && !errors.Is(err, vmm.ErrNotFound) {
+		// Keep it destroying; the safety reconcile tries again.
+		m.log.Error("destroy pool vm", "op", op, "vm", mb.vm, "pool", mb.pool, "err", err)
+		return
+	}
+	m.log.Info("pool vm destroyed", "op", op, "vm", mb.vm, "pool", mb.pool)
+	m.mu.Lock()
+	m.stepLocked(mb, inDestroyed) //nolint:errcheck // the destroyed event may have come first
+	m.mu.Unlock()
+}
+
+// goDestroy is doDestroy in the background (from the event loop, which
+// must not wait for libvirt).
+func (m *Manager) goDestroy(mb *member, fx effects, op string) {
+	if !fx.has(fxDestroy) {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.doDestroy(mb, fx, op)
+	}()
+}
