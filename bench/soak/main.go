@@ -104,6 +104,7 @@ type figures struct {
 	clean       int            // ended with a reset, no lost lease, nothing unexpected
 	replaced    int            // ended, but the VM was replaced
 	lost        int            // leases that vanished or could not be ended
+	dirty       int            // leases that did not start from the ready state
 	startErrs   int            // starts refused for other reasons than a full pool
 	requests    int            // requests sent in episodes
 	invalid     int            // of which deliberately invalid
@@ -344,6 +345,7 @@ func run(o options) (ok bool, err error) {
 	row("requests (of which invalid on purpose)", fmt.Sprintf("%d (%d)", fig.requests, fig.invalid))
 	row("unexpected answers", fig.unexpected)
 	row("**lost leases**", fig.lost)
+	row("**dirty leases**", fig.dirty)
 	row("**leaked domains**", len(leakedDoms)+countPrefix(purged, "domain "))
 	row("**leaked overlays (VM dirs)**", len(leakedDirs)+countPrefix(purged, "dir "))
 	if pid != 0 {
@@ -368,7 +370,7 @@ func run(o options) (ok bool, err error) {
 	if len(leakedDoms)+len(leakedDirs)+len(purged) > 0 {
 		fmt.Fprintf(w, "leaked: domains %v, dirs %v, removed at the end past the farm: %v\n", leakedDoms, leakedDirs, purged)
 	}
-	bad := fig.lost + len(leakedDoms) + len(leakedDirs) + len(purged) + leakedFDs + leakedGRs
+	bad := fig.lost + fig.dirty + len(leakedDoms) + len(leakedDirs) + len(purged) + leakedFDs + leakedGRs
 	return bad == 0, nil
 }
 
@@ -477,6 +479,17 @@ func episode(ctx context.Context, c *client.Client, base string, o options, r *r
 	fig.episodes++
 	fig.mu.Unlock()
 
+	// A lease starts from the ready state: the marker another episode's
+	// "exec on another VM" leaves in a guest is gone (issue 9: a dirty
+	// warm VM is reset before it is leased again).
+	res, err := c.Exec(ctx, client.Episode(ep.ID), api.ExecRequest{Argv: []string{"sh", "-c", "test ! -e " + dirtyMarker}, TimeoutS: 30})
+	if err != nil || res.ExitCode != 0 || !ep.CleanStart {
+		fig.mu.Lock()
+		fig.dirty++
+		fig.mu.Unlock()
+		fig.unexpectedf(o.verbose, "episode %s (VM %s) started dirty: clean_start %v, marker check exit %d, %v", ep.ID, ep.VM, ep.CleanStart, res.ExitCode, err)
+	}
+
 	lost := false
 	mine := 0 // this episode's unexpected answers
 	for range n {
@@ -564,6 +577,10 @@ func (o op) accepts(err error) bool {
 	return slices.Contains(o.codes, errCode(err))
 }
 
+// dirtyMarker is the file "exec on another VM" writes; no lease may start
+// with it.
+const dirtyMarker = "/tmp/soak-dirty"
+
 // Screen coordinates in the agent's space: the pool's screenshot size
 // "auto" of a 1280x800 guest is 1280x800 (WXGA).
 const screenW, screenH = 1280, 800
@@ -627,6 +644,26 @@ var ops = []op{
 
 	// Invalid on purpose: each must be refused with its code, and leave
 	// the episode usable.
+	{name: "exec on another VM", invalid: true, codes: []string{api.CodeNotLeased},
+		// Another worker's leased VM takes it (a client may drive any
+		// lease); a warm VM must refuse it with not_leased, and if it did
+		// not, the next lease of that VM finds the marker.
+		run: func(ctx context.Context, c *client.Client, _ string, ep api.Episode, r *rand.Rand) error {
+			vms, err := c.ListVMs(ctx)
+			if err != nil {
+				return err
+			}
+			vms = slices.DeleteFunc(vms, func(v api.VM) bool { return v.ID == ep.VM })
+			if len(vms) == 0 {
+				return nil
+			}
+			v := vms[r.IntN(len(vms))]
+			_, err = c.Exec(ctx, client.VM(v.ID), api.ExecRequest{Argv: []string{"touch", dirtyMarker}, TimeoutS: 30})
+			if api.IsCode(err, api.CodeNotRunning) || api.IsCode(err, api.CodeNotFound) {
+				return nil // booting, or ended and replaced in between
+			}
+			return err
+		}},
 	{name: "malformed JSON", invalid: true, mustFail: true, codes: []string{api.CodeBadJSON, api.CodeInvalidRequest},
 		run: func(ctx context.Context, _ *client.Client, base string, ep api.Episode, r *rand.Rand) error {
 			bodies := []string{`{"action":`, `[1,2`, `{"kind":"click","x":"ten"}`, "\x00\xff", `{"tool":"computer_20251124","input":{"action":`}
