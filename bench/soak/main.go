@@ -157,7 +157,13 @@ func run(o options) (ok bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		defer os.RemoveAll(dir)
+		defer func() {
+			if ok {
+				os.RemoveAll(dir)
+			} else {
+				fmt.Fprintf(os.Stderr, "the server's log is kept in %s/serve.log\n", dir)
+			}
+		}()
 		fmt.Fprintln(os.Stderr, "building deskfarm")
 		bin, err := farmproc.Build(ctx, dir)
 		if err != nil {
@@ -453,7 +459,9 @@ func measure(ctx context.Context, c *client.Client, base string, pid int) (sampl
 // episode leases a VM, sends n random requests and ends the episode.
 func episode(ctx context.Context, c *client.Client, base string, o options, r *rand.Rand, fig *figures, n int) {
 	var ep api.Episode
+	var asked time.Time
 	for {
+		asked = time.Now()
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		var err error
 		ep, err = c.StartEpisode(sctx, api.StartEpisodeRequest{Pool: o.pool, TTLS: 600})
@@ -479,15 +487,26 @@ func episode(ctx context.Context, c *client.Client, base string, o options, r *r
 	fig.episodes++
 	fig.mu.Unlock()
 
-	// A lease starts from the ready state: the marker another episode's
-	// "exec on another VM" leaves in a guest is gone (issue 9: a dirty
-	// warm VM is reset before it is leased again).
-	res, err := c.Exec(ctx, client.Episode(ep.ID), api.ExecRequest{Argv: []string{"sh", "-c", "test ! -e " + dirtyMarker}, TimeoutS: 30})
-	if err != nil || res.ExitCode != 0 || !ep.CleanStart {
+	// A lease starts from the ready state (issue 9: a dirty warm VM is
+	// reset before it is leased again): no marker that another episode's
+	// "exec on another VM" wrote and saw answered before this lease was
+	// asked for is in the guest. (A marker whose write answered later may
+	// have landed legitimately, on this lease.)
+	res, err := c.Exec(ctx, client.Episode(ep.ID), api.ExecRequest{Argv: []string{"sh", "-c", "cat " + dirtyMarker + " 2>/dev/null; true"}, TimeoutS: 30})
+	var stale []string
+	for _, tok := range strings.Fields(res.Stdout) {
+		if at, ok := markers.answered(tok); ok && at.Before(asked) {
+			stale = append(stale, tok)
+		}
+	}
+	if err != nil {
+		fig.unexpectedf(o.verbose, "marker check on episode %s (VM %s): %v", ep.ID, ep.VM, err)
+	}
+	if len(stale) > 0 || !ep.CleanStart {
 		fig.mu.Lock()
 		fig.dirty++
 		fig.mu.Unlock()
-		fig.unexpectedf(o.verbose, "episode %s (VM %s) started dirty: clean_start %v, marker check exit %d, %v", ep.ID, ep.VM, ep.CleanStart, res.ExitCode, err)
+		fig.unexpectedf(o.verbose, "episode %s (VM %s) started dirty: clean_start %v, markers written before the lease %v", ep.ID, ep.VM, ep.CleanStart, stale)
 	}
 
 	lost := false
@@ -577,9 +596,38 @@ func (o op) accepts(err error) bool {
 	return slices.Contains(o.codes, errCode(err))
 }
 
-// dirtyMarker is the file "exec on another VM" writes; no lease may start
-// with it.
+// dirtyMarker is the file "exec on another VM" appends a token to; no
+// lease may start with a token whose write was answered before it.
 const dirtyMarker = "/tmp/soak-dirty"
+
+// markers records when each marker write was answered.
+var markers = markerLog{at: map[string]time.Time{}}
+
+type markerLog struct {
+	mu sync.Mutex
+	n  int
+	at map[string]time.Time
+}
+
+func (m *markerLog) next() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	return fmt.Sprintf("m%d", m.n)
+}
+
+func (m *markerLog) done(tok string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.at[tok] = time.Now()
+}
+
+func (m *markerLog) answered(tok string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.at[tok]
+	return t, ok
+}
 
 // Screen coordinates in the agent's space: the pool's screenshot size
 // "auto" of a 1280x800 guest is 1280x800 (WXGA).
@@ -658,7 +706,11 @@ var ops = []op{
 				return nil
 			}
 			v := vms[r.IntN(len(vms))]
-			_, err = c.Exec(ctx, client.VM(v.ID), api.ExecRequest{Argv: []string{"touch", dirtyMarker}, TimeoutS: 30})
+			tok := markers.next()
+			_, err = c.Exec(ctx, client.VM(v.ID), api.ExecRequest{Argv: []string{"sh", "-c", "echo " + tok + " >> " + dirtyMarker}, TimeoutS: 30})
+			if err == nil {
+				markers.done(tok)
+			}
 			if api.IsCode(err, api.CodeNotRunning) || api.IsCode(err, api.CodeNotFound) {
 				return nil // booting, or ended and replaced in between
 			}
