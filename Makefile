@@ -19,7 +19,7 @@ run: setup build
 	$(BIN) serve --listen $(LISTEN) --warm $(firstword $(IMAGES))
 
 test: setup build vet unit
-	$(BIN) image build tiny desktop
+	$(BIN) image build tiny desktop osworld
 	DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 -run 'E2E' ./...
 	go run ./bench/soak -duration 2m -parallel $(SOAK_PARALLEL)
 	scripts/check-leftovers.sh

@@ -84,6 +84,12 @@ const (
 	CodeHumanControl      = "human_control"      // a person holds control of the VM
 	CodeDisplayClosed     = "display_closed"     // the VM's display closed under the call (VM died or destroyed)
 	CodeTooManyViewers    = "too_many_viewers"   // a viewer connection over the per-VM or farm-wide cap
+
+	// Who may call: the guards against other web pages and viewers (issue 9).
+	CodeMisdirectedRequest   = "misdirected_request"    // the Host header names no name this farm answers to
+	CodeCrossSite            = "cross_site"             // a browser request from a page of another origin
+	CodeUnsupportedMediaType = "unsupported_media_type" // a body of a type the route does not take
+	CodeViewerToken          = "viewer_token"           // a viewer's token, where the control token is needed
 )
 
 // StatusClientClosed is nginx's status for a request whose client went
@@ -129,6 +135,11 @@ var statuses = map[string]int{
 	CodeHumanControl:      http.StatusConflict,
 	CodeDisplayClosed:     http.StatusGone,
 	CodeTooManyViewers:    http.StatusTooManyRequests,
+
+	CodeMisdirectedRequest:   http.StatusMisdirectedRequest,
+	CodeCrossSite:            http.StatusForbidden,
+	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
+	CodeViewerToken:          http.StatusForbidden,
 }
 
 // Status returns the HTTP status the server sends with code, and 500 for

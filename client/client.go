@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -31,9 +32,15 @@ const DefaultServer = "http://127.0.0.1:8080"
 
 // Environment variables the CLI (and FromEnv) read.
 const (
-	EnvServer = "DESKFARM_SERVER" // the server's base URL
-	EnvToken  = "DESKFARM_TOKEN"  // the API token
+	EnvServer    = "DESKFARM_SERVER"     // the server's base URL
+	EnvToken     = "DESKFARM_TOKEN"      // the API token
+	EnvTokenFile = "DESKFARM_TOKEN_FILE" // a file holding the API token (default DefaultTokenFile)
 )
+
+// DefaultTokenFile is where `deskfarm serve` keeps its control token under
+// its default --state-dir, readable by root only. It mirrors the server's
+// default here so that this package links none of the server.
+const DefaultTokenFile = "/var/lib/deskfarm/token"
 
 // Client talks to one deskfarm server. It is safe for concurrent use.
 type Client struct {
@@ -71,13 +78,48 @@ func New(base string, opts ...Option) (*Client, error) {
 }
 
 // FromEnv returns a client of $DESKFARM_SERVER (else DefaultServer) with
-// the token $DESKFARM_TOKEN, if set.
+// the token TokenFor finds.
 func FromEnv(opts ...Option) (*Client, error) {
 	server := os.Getenv(EnvServer)
 	if server == "" {
 		server = DefaultServer
 	}
-	return New(server, append([]Option{WithToken(os.Getenv(EnvToken))}, opts...)...)
+	return New(server, append([]Option{WithToken(TokenFor(server, os.Getenv))}, opts...)...)
+}
+
+// TokenFor returns the token a client of server sends: $DESKFARM_TOKEN
+// when set; else, for a server on this host's loopback, the token in
+// $DESKFARM_TOKEN_FILE (default DefaultTokenFile) when that file is
+// readable; else none. A token file is this host's farm's, so it never
+// goes to another host. getenv is os.Getenv or a test's stand-in.
+func TokenFor(server string, getenv func(string) string) string {
+	if t := getenv(EnvToken); t != "" {
+		return t
+	}
+	u, err := url.Parse(server)
+	if err != nil || !loopbackHost(u.Hostname()) {
+		return ""
+	}
+	path := getenv(EnvTokenFile)
+	if path == "" {
+		path = DefaultTokenFile
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		// Not there (no farm with that state dir) or not ours to read
+		// (another user's farm): go without, as loopback clients may.
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// loopbackHost reports whether a URL's host name is this host's loopback.
+func loopbackHost(name string) bool {
+	if strings.EqualFold(name, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(name)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Server returns the base URL the client talks to.

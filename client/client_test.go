@@ -305,3 +305,48 @@ func TestNewRejectsBadURLs(t *testing.T) {
 		}
 	}
 }
+
+// On this host, the CLI finds the farm's control token in the state dir's
+// file when $DESKFARM_TOKEN is unset; the file never goes to another host.
+func TestTokenFile(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("tok123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{client.EnvTokenFile: file}
+	getenv := func(k string) string { return env[k] }
+	for server, want := range map[string]string{
+		"http://127.0.0.1:8080":    "tok123",
+		"http://localhost:8080":    "tok123",
+		"http://[::1]:8080":        "tok123",
+		"http://farm.example:8080": "",
+		"http://192.0.2.7:8080":    "",
+	} {
+		if got := client.TokenFor(server, getenv); got != want {
+			t.Errorf("TokenFor(%s) = %q, want %q", server, got, want)
+		}
+	}
+	env[client.EnvToken] = "from-env"
+	if got := client.TokenFor("http://127.0.0.1:8080", getenv); got != "from-env" {
+		t.Errorf("$DESKFARM_TOKEN set: got %q", got)
+	}
+	delete(env, client.EnvToken)
+	env[client.EnvTokenFile] = filepath.Join(t.TempDir(), "missing")
+	if got := client.TokenFor("http://127.0.0.1:8080", getenv); got != "" {
+		t.Errorf("missing file: got %q", got)
+	}
+
+	// FromEnv against a farm that trusts no address.
+	srv, _ := farmtest.Serve(t, web.Options{Token: "tok123", TrustedNets: []netip.Prefix{}})
+	t.Setenv(client.EnvServer, srv.URL)
+	t.Setenv(client.EnvToken, "")
+	t.Setenv(client.EnvTokenFile, file)
+	c, err := client.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListVMs(ctx); err != nil {
+		t.Errorf("FromEnv with the token file: %v", err)
+	}
+}

@@ -49,6 +49,9 @@ func TestE2EEpisodes(t *testing.T) {
 			json.NewEncoder(&body).Encode(in)
 		}
 		req, _ := http.NewRequest(method, srv.URL+path, &body)
+		if in != nil {
+			req.Header.Set("Content-Type", "application/json") // web refuses untyped bodies
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -14,7 +14,9 @@ fi
 # Packages. dpkg-query first so a prepared machine never touches apt.
 pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 	debootstrap e2fsprogs busybox-static cpio kmod zstd xz-utils ca-certificates
-	chromium)
+	chromium
+	# the osworld image's pyautogui is tested on the host under Xvfb
+	xvfb python3-xlib python3-pil)
 # npm installs noVNC. A machine whose Node.js comes from elsewhere (e.g.
 # NodeSource, which bundles npm and conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)

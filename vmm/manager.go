@@ -153,6 +153,9 @@ type machine struct {
 	// exitReason is why QEMU is about to exit, when libvirt said so ahead
 	// of the exit (a guest shutdown): a string, or nil.
 	exitReason atomic.Value
+	// procExited is set the moment the QEMU process watch sees it exit,
+	// before libvirt says why (guestErr names such a VM dead at once).
+	procExited atomic.Bool
 	// stopWatch ends the QEMU process watch (watchProcess); closed once
 	// the VM is gone or the Manager closes.
 	stopWatch chan struct{}
@@ -752,8 +755,33 @@ func (m *Manager) guestErr(ctx context.Context, mc *machine, err error) error {
 	if aerr := m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")); aerr != nil {
 		return errors.Join(err, aerr)
 	}
+	// A QEMU killed mid-call breaks the agent's socket before libvirt
+	// notices the exit, so the domain still reads as running: give the
+	// process watch a moment to see the exit (it does within milliseconds)
+	// and name the VM dead rather than blaming the agent.
+	if errors.Is(err, ErrAgent) {
+		t := time.NewTimer(deathSettle)
+		defer t.Stop()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for !mc.procExited.Load() && !mc.dead.Load() {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-t.C:
+				return err
+			case <-tick.C:
+			}
+		}
+		return errors.Join(err, fmt.Errorf("vm %s: %w: qemu exited during the call; console tail: %s",
+			mc.meta.ID, ErrDead, tail(filepath.Join(mc.meta.Dir, "console.log"), 5)))
+	}
 	return err
 }
+
+// deathSettle bounds how long a failed agent call waits to learn whether
+// QEMU died under it (guestErr).
+const deathSettle = 500 * time.Millisecond
 
 // Reset returns a ready VM to its ready snapshot: RAM, devices and disk via
 // QEMU's loadvm, then the guest clock (restored to snapshot time) is set.

@@ -38,6 +38,7 @@ func (m *Manager) watchProcess(mc *machine) {
 	pidFile := filepath.Join(m.cfg.QEMUPidDir, DomainPrefix+mc.meta.ID+".pid")
 	stop := mc.stopWatch
 	err := watchPid(pidFile, stop, func() {
+		mc.procExited.Store(true)
 		reason, known := mc.exitReason.Load().(string)
 		if !known {
 			select {

@@ -230,9 +230,18 @@ func TestTakeoverKeysReleased(t *testing.T) {
 
 func send(t *testing.T, method, url, body string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	ctype := ""
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		ctype = "application/json"
+	}
+	return sendType(t, method, url, body, ctype)
+}
+
+func sendType(t *testing.T, method, url, body, ctype string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -454,13 +463,13 @@ func TestUnleasedPoolVMRefusesChanges(t *testing.T) {
 		t.Fatalf("no warm VM: %+v", pools.Pools())
 	}
 	vmURL := srv.URL + "/v1/vms/" + warm
-	for _, c := range []struct{ method, path, body string }{
-		{"POST", "/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`},
-		{"POST", "/exec", `{"argv":["true"]}`},
-		{"PUT", "/files?path=/tmp/x", "data"},
-		{"POST", "/control", ""},
+	for _, c := range []struct{ method, path, body, ctype string }{
+		{"POST", "/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`, "application/json"},
+		{"POST", "/exec", `{"argv":["true"]}`, "application/json"},
+		{"PUT", "/files?path=/tmp/x", "data", "application/octet-stream"},
+		{"POST", "/control", "", ""},
 	} {
-		code, b := send(t, c.method, vmURL+c.path, c.body)
+		code, b := sendType(t, c.method, vmURL+c.path, c.body, c.ctype)
 		var e struct{ Error api.ErrorBody }
 		json.Unmarshal(b, &e)
 		if code != http.StatusConflict || e.Error.Code != api.CodeNotLeased || !strings.Contains(e.Error.Message, warm) {

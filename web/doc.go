@@ -17,8 +17,17 @@
 // turns the server's own types (vmm.VM, pool.Episode, actions.Result) into
 // them, so clients need not link the server.
 //
-// Requests from loopback addresses need no token; every other request must
-// carry "Authorization: Bearer TOKEN" (see Options). A reverse proxy or tunnel
-// on the same host makes its clients look like loopback: put the token on
-// such setups by passing an empty TrustedNets.
+// Before any route, security.go checks that the Host is one of the farm's
+// names (421 otherwise: DNS rebinding), that a state change or websocket
+// does not come from a page of another origin (403) and carries a body of
+// its route's type (415). Then requests from trusted networks (loopback,
+// unless Options.TrustedNets says otherwise) need no token; every other
+// request carries the control token or the viewer token, as "Authorization:
+// Bearer TOKEN", as ?token= once (a browser; it is then kept in a cookie
+// named for the port) or as that cookie. The viewer token watches only: a
+// mutating route, a guest file read or typing through a takeover answers
+// 403 viewer_token. A reverse proxy or tunnel on the same host makes its
+// clients look like loopback: pass an empty TrustedNets on such setups
+// (deskfarm serve --trust-loopback=false). docs/security.md has the threat
+// model.
 package web

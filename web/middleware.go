@@ -19,6 +19,7 @@ import (
 type reqInfo struct {
 	op   string
 	vm   string
+	auth string // the role authenticate found: "control", "viewer" or ""
 	code string
 	err  error
 }
@@ -64,6 +65,9 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		if info.vm != "" {
 			attrs = append(attrs, slog.String("vm", info.vm))
 		}
+		if info.auth != "" {
+			attrs = append(attrs, slog.String("auth", info.auth))
+		}
 		if info.err != nil {
 			attrs = append(attrs, slog.String("code", info.code), slog.String("err", info.err.Error()))
 		}
@@ -75,86 +79,136 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate lets through requests from trusted networks and requests
-// carrying the token; /healthz is open to all.
-func (s *server) authenticate(next http.Handler) http.Handler {
-	var want [sha256.Size]byte
-	if s.token != "" {
-		want = sha256.Sum256([]byte(s.token))
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if err := s.authorize(r, want); err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="deskfarm"`)
-			writeError(w, r, err)
-			return
-		}
-		if q := r.URL.Query(); q.Has(tokenParam) {
-			// A browser opened a link with ?token=: remember it in a cookie
-			// so the page's own requests (assets, websockets, the activity
-			// feed), which cannot carry an Authorization header, pass too.
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: q.Get(tokenParam), Path: "/",
-				HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			q.Del(tokenParam)
-			r.URL.RawQuery = q.Encode()
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+// role is what an authenticated request may do.
+type role int
 
-func (s *server) authorize(r *http.Request, want [sha256.Size]byte) error {
-	got, presented, err := bearerToken(r)
-	if err != nil {
-		return err
-	}
-	if presented {
-		// Compare digests so neither the content nor the length leaks.
-		gotSum := sha256.Sum256([]byte(got))
-		if s.token == "" {
-			return unauthorized("the request carries an API token but this server has none: unset DESKFARM_TOKEN or start the server with --token")
-		}
-		if subtle.ConstantTimeCompare(gotSum[:], want[:]) != 1 {
-			return unauthorized("wrong API token")
-		}
-		return nil
-	}
-	if s.trustedAddr(r.RemoteAddr) {
-		return nil
-	}
-	if s.token == "" {
-		return unauthorized(fmt.Sprintf("requests from %s need a token, and this server has none: "+
-			"restart it with --token", r.RemoteAddr))
-	}
-	return unauthorized(`missing API token: send "Authorization: Bearer TOKEN"`)
-}
-
-// bearerToken returns the request's bearer token and whether it sent one.
-// Browsers cannot set an Authorization header on page loads, websockets or
-// EventSource: they present the token as ?token= once, then as a cookie.
 const (
-	tokenParam  = "token"
-	tokenCookie = "deskfarm_token"
+	roleNone    role = iota // not authenticated: /healthz only
+	roleViewer              // watch: pages, screenshots, streams, GET routes
+	roleControl             // everything
 )
 
-func bearerToken(r *http.Request) (string, bool, error) {
+func (r role) String() string {
+	switch r {
+	case roleViewer:
+		return "viewer"
+	case roleControl:
+		return "control"
+	}
+	return ""
+}
+
+// access is who a request is, as authenticate found it.
+type access struct {
+	role role
+	// token is the token that was checked, and fromQuery whether it came
+	// as ?token= (then the guard remembers it in a cookie).
+	token     string
+	fromQuery bool
+	// staleCookie: the cookie held a token that is not (or no longer) one
+	// of the server's; the guard expires it.
+	staleCookie bool
+}
+
+// authenticate decides who a request is: a client in a trusted network
+// (unless it presents a token, which then decides), the holder of the
+// control token or of the viewer token. /healthz is open to all. Tokens
+// are compared by digest, so neither their content nor their length
+// leaks through timing.
+func (s *server) authenticate(r *http.Request) (access, error) {
+	if r.URL.Path == "/healthz" {
+		return access{}, nil // anyone may ask; it tells nothing
+	}
+	got, source, err := bearerToken(r)
+	if err != nil {
+		return access{}, err
+	}
+	if source == "" {
+		if s.trustedAddr(r.RemoteAddr) {
+			return access{role: roleControl}, nil
+		}
+		if s.token == "" {
+			return access{}, unauthorized(fmt.Sprintf("requests from %s need a token, and this server has none: "+
+				"restart it with --token", r.RemoteAddr))
+		}
+		return access{}, unauthorized(`missing API token: send "Authorization: Bearer TOKEN", or open the page once with ?token=TOKEN`)
+	}
+	a := access{token: got, fromQuery: source == tokenParam}
+	gotSum := sha256.Sum256([]byte(got))
+	switch {
+	case s.token != "" && tokenEqual(gotSum, s.token):
+		a.role = roleControl
+		return a, nil
+	case s.viewerToken != "" && tokenEqual(gotSum, s.viewerToken):
+		a.role = roleViewer
+		return a, nil
+	}
+	if source != sourceHeader && source != tokenParam {
+		// A cookie from before the tokens changed, or one that a page on
+		// another port of this host set (cookies ignore ports): it goes,
+		// and the request is judged as if it had none.
+		if s.trustedAddr(r.RemoteAddr) {
+			return access{role: roleControl, staleCookie: true}, nil
+		}
+		return access{staleCookie: true}, unauthorized("the token in cookie " + source +
+			" is not this server's (it has been removed): open the page once with ?token=TOKEN")
+	}
+	if s.token == "" && s.viewerToken == "" {
+		return access{}, unauthorized("the request carries an API token but this server has none: unset DESKFARM_TOKEN or start the server with --token")
+	}
+	return access{}, unauthorized(fmt.Sprintf("wrong API token (from the %s)", sourceName(source)))
+}
+
+// tokenEqual compares a presented token's digest with want's in constant
+// time.
+func tokenEqual(got [sha256.Size]byte, want string) bool {
+	w := sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(got[:], w[:]) == 1
+}
+
+// Browsers cannot set an Authorization header on page loads, websockets or
+// EventSource: they present the token as ?token= once, then as a cookie.
+// The cookie's name carries the farm's port: cookies are scoped by host
+// only, and two farms on one host must not read each other's.
+const (
+	tokenParam   = "token"
+	tokenCookie  = "deskfarm_token" // + "_PORT"
+	sourceHeader = "header"
+)
+
+// cookieName is the token cookie's name for the port the browser sees.
+func cookieName(r *http.Request) string {
+	_, port := splitHost(r.Host, defaultPort(r))
+	return tokenCookie + "_" + port
+}
+
+// bearerToken returns the request's token and where it came from: the
+// Authorization header, ?token= (tokenParam) or the cookie (its name); ""
+// when it sent none. The first present wins, in that order.
+func bearerToken(r *http.Request) (token, source string, err error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		if t := r.URL.Query().Get(tokenParam); t != "" {
-			return t, true, nil
+			return t, tokenParam, nil
 		}
-		if c, err := r.Cookie(tokenCookie); err == nil && c.Value != "" {
-			return c.Value, true, nil
+		name := cookieName(r)
+		if c, err := r.Cookie(name); err == nil && c.Value != "" {
+			return c.Value, name, nil
 		}
-		return "", false, nil
+		return "", "", nil
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return "", true, unauthorized(`malformed Authorization header: want "Bearer TOKEN"`)
+		return "", "", unauthorized(`malformed Authorization header: want "Bearer TOKEN"`)
 	}
-	return strings.TrimSpace(tok), true, nil
+	return strings.TrimSpace(tok), sourceHeader, nil
+}
+
+func sourceName(source string) string {
+	if source == sourceHeader {
+		return "Authorization header"
+	}
+	return "?token= parameter"
 }
 
 // trustedAddr reports whether a RemoteAddr is in a trusted network.

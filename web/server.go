@@ -53,6 +53,12 @@ type Options struct {
 	// TrustedNets are client networks whose requests need no token. Nil
 	// means DefaultTrustedNets; an empty non-nil slice trusts no address.
 	TrustedNets []netip.Prefix
+	// ViewerToken is a token that can watch but not act (see security.go);
+	// empty means there is none.
+	ViewerToken string
+	// AllowedHosts are the Host names, besides loopback ones, that reach the
+	// farm: "NAME" on any port, "NAME:PORT" on that port only.
+	AllowedHosts []string
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Desks gives the live displays for actions, screenshots, viewers and
@@ -86,6 +92,10 @@ type server struct {
 	pools    *pool.Manager
 	registry *prometheus.Registry
 	met      *webMetrics
+
+	// viewerToken and hosts are the access settings (security.go).
+	viewerToken string
+	hosts       []hostRule
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -102,7 +112,8 @@ type route struct {
 // It sets no timeouts: creating a VM takes as long as a boot and exec up to
 // MaxExecTimeout, and both stop when the client goes away.
 func NewServer(farm vmm.Farm, opts Options) http.Handler {
-	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks}
+	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
+		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -112,6 +123,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		s.trusted = DefaultTrustedNets
 	}
 	s.initEpisodes(opts)
+	mcpr := newMCPRoute(s.log) // mcp.go
 	routes := []route{
 		{"GET", "/healthz", "health", s.health},
 		{"POST", "/v1/vms", "create", s.create},
@@ -126,6 +138,9 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"PUT", "/v1/vms/{id}/files", "write_file", s.onVM(s.mutates(s.writeFile))},
 		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.onVM(s.mutates(s.act)))},
 		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.onVM(s.screenshot))},
+		// Cua's computer-server protocol (cua.go): GET /status and /ws, POST /cmd.
+		{"GET", "/v1/vms/{id}/cua/{path...}", "cua", s.onVM(s.mutates(s.cua))},
+		{"POST", "/v1/vms/{id}/cua/{path...}", "cua", s.onVM(s.mutates(s.cua))},
 		// Episodes lease pool VMs (episodes.go).
 		{"POST", "/v1/episodes", "episode_start", s.startEpisode},
 		{"GET", "/v1/episodes", "episode_list", s.listEpisodes},
@@ -136,7 +151,13 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.mutates(s.exec))},
 		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile)},
 		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.mutates(s.writeFile))},
+		{"GET", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
+		{"POST", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
 		{"GET", "/v1/pools", "pools", s.listPools},
+		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the session.
+		{"POST", "/mcp", "mcp", mcpr.serve},
+		{"GET", "/mcp", "mcp", mcpr.serve},
+		{"DELETE", "/mcp", "mcp", mcpr.serve},
 		{"GET", "/metrics", "metrics", s.metrics},
 		// Browser viewers.
 		{"GET", "/{$}", "dashboard", s.dashboard},
@@ -175,7 +196,8 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		return &httpError{status: http.StatusNotFound, code: api.CodeNotFound,
 			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
 	}))
-	return s.logRequests(s.authenticate(mux))
+	mcpr.api = s.logRequests(mux)
+	return s.logRequests(s.guard(mux))
 }
 
 // wrap turns an apiHandler into an http.Handler that sends its error.

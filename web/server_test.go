@@ -65,6 +65,16 @@ func (h *harness) doFrom(remote, method, target string, body any, header ...stri
 	}
 	req := httptest.NewRequest(method, target, r)
 	req.RemoteAddr = remote
+	// As the CLI sends it: to a loopback name, the body typed as its route
+	// takes (security.go refuses other names and types).
+	req.Host = "localhost:8080"
+	if body != nil {
+		ct := "application/json"
+		if method == "PUT" {
+			ct = "application/octet-stream"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -253,8 +263,9 @@ func TestCreateCancel(t *testing.T) {
 		return farmErr
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/vms", strings.NewReader(`{"image":"tiny"}`))
+	req := httptest.NewRequestWithContext(ctx, "POST", "http://localhost/v1/vms", strings.NewReader(`{"image":"tiny"}`))
 	req.RemoteAddr = "127.0.0.1:1"
+	req.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	done := make(chan struct{})
 	go func() { h.h.ServeHTTP(w, req); close(done) }()
@@ -512,45 +523,5 @@ func TestRequestLog(t *testing.T) {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("log line %q lacks %q", lines[1], want)
 		}
-	}
-}
-
-// A browser beyond loopback authenticates with ?token= once, then the cookie.
-func TestBrowserTokenCookie(t *testing.T) {
-	h := NewServer(vmmtest.New(), Options{Token: "s3cret"})
-	do := func(target string, cookie *http.Cookie) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("GET", target, nil)
-		r.RemoteAddr = "192.0.2.7:4000"
-		if cookie != nil {
-			r.AddCookie(cookie)
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
-	}
-	if w := do("/v1/vms", nil); w.Code != 401 {
-		t.Fatalf("no token: %d", w.Code)
-	}
-	if w := do("/v1/vms?token=wrong", nil); w.Code != 401 {
-		t.Fatalf("wrong token: %d", w.Code)
-	}
-	w := do("/v1/vms?token=s3cret", nil)
-	if w.Code != 200 {
-		t.Fatalf("query token: %d %s", w.Code, w.Body)
-	}
-	var cookie *http.Cookie
-	for _, c := range w.Result().Cookies() {
-		if c.Name == "deskfarm_token" {
-			cookie = c
-		}
-	}
-	if cookie == nil || !cookie.HttpOnly {
-		t.Fatalf("no HttpOnly token cookie set: %v", w.Result().Cookies())
-	}
-	if w := do("/v1/vms", cookie); w.Code != 200 {
-		t.Fatalf("cookie: %d", w.Code)
-	}
-	if w := do("/v1/vms", &http.Cookie{Name: "deskfarm_token", Value: "nope"}); w.Code != 401 {
-		t.Fatalf("wrong cookie: %d", w.Code)
 	}
 }

@@ -10,9 +10,7 @@ package web
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,21 +51,7 @@ var upgrader = websocket.Upgrader{
 	ReadBufferSize:   4096,
 	WriteBufferSize:  64 << 10,
 	Subprotocols:     []string{"binary"},
-	CheckOrigin:      sameOrigin,
-}
-
-// sameOrigin accepts requests without an Origin (not from a browser) and
-// browser requests whose Origin host is the host they were sent to.
-func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
-	}
-	u, err := url.Parse(o)
-	if err != nil {
-		return false
-	}
-	return strings.EqualFold(u.Host, r.Host)
+	CheckOrigin:      checkOrigin, // security.go
 }
 
 // viewerLimits counts open viewer connections per VM and in all.

@@ -5,6 +5,8 @@
 //	deskfarm vm create|ls|rm|reset|exec|get|put                   manage VMs through the API
 //	deskfarm episode start|end|ls|pools                           lease VMs from warm pools
 //	deskfarm act VM JSON, deskfarm screenshot VM -o FILE          drive a VM's screen
+//	deskfarm mcp                                                  serve the farm as MCP tools over stdio
+//	deskfarm agent run TASK                                       a computer-use model does TASK on a fresh VM
 //	deskfarm completion bash|zsh|fish|powershell                  shell completion
 //
 // The commands are cobra commands, as in Incus, kubectl and docker: every

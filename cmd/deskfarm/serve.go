@@ -7,11 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,10 +39,19 @@ type farmConfig struct {
 	// LibvirtSocket is libvirtd's unix socket (--libvirt-socket).
 	// Default /run/libvirt/libvirt-sock.
 	LibvirtSocket string
-	// Token is the API token (--token, else $DESKFARM_TOKEN). When Listen is
-	// reachable beyond loopback and none was given, serve generates one
-	// before calling newFarm, so it is never empty in that case.
+	// Token is the control token, which can do everything (--token, else
+	// $DESKFARM_TOKEN). Empty here means serve takes the one kept in
+	// StateDir's token file, or generates one, after newFarm.
 	Token string
+	// ViewerToken can only watch (--viewer-token, else
+	// $DESKFARM_VIEWER_TOKEN); empty as for Token, in the viewer-token file.
+	ViewerToken string
+	// NoLoopbackTrust is --trust-loopback=false: clients on this host show
+	// a token like any other.
+	NoLoopbackTrust bool
+	// AllowHosts are Host names besides the loopback ones and Listen's host
+	// that reach the farm (--allow-host), NAME or NAME:PORT.
+	AllowHosts []string
 	// NoVNCDir is the noVNC package served for taking over a VM
 	// (--novnc-dir); empty: $DESKFARM_NOVNC_DIR, else web.DefaultNoVNCDir.
 	NoVNCDir string
@@ -78,6 +92,13 @@ func (c farmConfig) validate() error {
 		return errors.New("--cache-dir is empty")
 	case c.LibvirtSocket == "":
 		return errors.New("--libvirt-socket is empty")
+	case c.Token != "" && c.Token == c.ViewerToken:
+		return errors.New("--viewer-token is the same as --token: a viewer would hold the control token")
+	}
+	for _, h := range c.AllowHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			return fmt.Errorf("--allow-host %q: want NAME or NAME:PORT, e.g. farm.example.com", h)
+		}
 	}
 	switch c.Accel {
 	case "auto", "kvm", "tcg":
@@ -99,6 +120,7 @@ var newFarm func(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, e
 
 func serveCommand(stop func()) *cobra.Command {
 	var cfg farmConfig
+	var trustLoopback bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and the live viewers",
@@ -112,6 +134,10 @@ finds them again.`,
 			if cfg.Token == "" {
 				cfg.Token = os.Getenv("DESKFARM_TOKEN")
 			}
+			if cfg.ViewerToken == "" {
+				cfg.ViewerToken = os.Getenv("DESKFARM_VIEWER_TOKEN")
+			}
+			cfg.NoLoopbackTrust = !trustLoopback
 			if err := cfg.validate(); err != nil {
 				return err
 			}
@@ -127,13 +153,16 @@ finds them again.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&cfg.Listen, "listen", defaultListen, "host:port to serve the API on; beyond loopback, clients need the token")
-	fs.StringVar(&cfg.StateDir, "state-dir", defaultStateDir, "dir for VM overlays, sockets and logs")
+	fs.StringVar(&cfg.Listen, "listen", defaultListen, "host:port to serve the API on; beyond loopback, clients need a token")
+	fs.StringVar(&cfg.StateDir, "state-dir", defaultStateDir, "dir for VM overlays, sockets, logs and the token files")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", defaultCacheDir, "dir of built guest images")
 	fs.StringVar(&cfg.Accel, "accel", defaultAccel, "accelerator: auto, kvm or tcg")
 	fs.StringVar(&cfg.LibvirtSocket, "libvirt-socket", defaultLibvirtSocket, "libvirtd's unix socket")
 	// No default shown: it would print $DESKFARM_TOKEN in --help.
-	fs.StringVar(&cfg.Token, "token", "", "API token for non-loopback clients (default $DESKFARM_TOKEN; generated when --listen is not loopback)")
+	fs.StringVar(&cfg.Token, "token", "", "control token: can do everything (default $DESKFARM_TOKEN, else the one in STATE-DIR/token, else generated there)")
+	fs.StringVar(&cfg.ViewerToken, "viewer-token", "", "viewer token: can watch, never act (default $DESKFARM_VIEWER_TOKEN, else STATE-DIR/viewer-token, else generated there)")
+	fs.BoolVar(&trustLoopback, "trust-loopback", true, "let clients on this host in without a token; turn off behind a reverse proxy or ssh tunnel, or when other users share the host")
+	fs.StringArrayVar(&cfg.AllowHosts, "allow-host", nil, "a Host name (NAME or NAME:PORT) the farm answers to besides loopback names and --listen's host, e.g. the name of a proxy in front; repeatable")
 	fs.StringVar(&cfg.NoVNCDir, "novnc-dir", "", "dir of the noVNC npm package, for taking over VMs in the browser (default $DESKFARM_NOVNC_DIR, else "+web.DefaultNoVNCDir+")")
 	fs.StringVar(&cfg.Warm, "warm", "", "image of which to keep one ready VM (created in the background at start)")
 	fs.StringVar(&cfg.Pools, "pools", "", "pool config file (YAML); default: one pool \"desktop\" of the --warm image")
@@ -166,17 +195,6 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 		ln.Close()
 		return errors.New("this build has no VM backend (newFarm is unset)")
 	}
-	if cfg.Token == "" && !isLoopback(ln.Addr()) {
-		tok, err := randomToken()
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		cfg.Token = tok
-		fmt.Fprintf(out, "deskfarm: --listen %s is reachable beyond this host, so clients there need a token; generated one:\n"+
-			"deskfarm: DESKFARM_TOKEN=%s\n", cfg.Listen, tok)
-	}
-
 	start := time.Now()
 	log.Info("farm starting", "op", "serve", "state_dir", cfg.StateDir, "cache_dir", cfg.CacheDir, "accel", cfg.Accel)
 	farm, closeFarm, err := newFarm(ctx, cfg)
@@ -185,6 +203,17 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 		return fmt.Errorf("start farm: %w", err)
 	}
 	log.Info("farm started", "op", "serve", "duration", time.Since(start))
+	// After newFarm, which makes the state dir.
+	if cfg.Token, err = keepToken(filepath.Join(cfg.StateDir, tokenFile), cfg.Token); err == nil {
+		cfg.ViewerToken, err = keepToken(filepath.Join(cfg.StateDir, viewerTokenFile), cfg.ViewerToken)
+	}
+	if err == nil && cfg.Token == cfg.ViewerToken {
+		err = fmt.Errorf("the viewer token in %s is the control token: remove the file and restart", filepath.Join(cfg.StateDir, viewerTokenFile))
+	}
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, closeFarm())
+	}
 
 	// Requests get this context instead of one that dies with the server,
 	// so that we choose when a slow create is canceled.
@@ -193,7 +222,11 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	var inflight sync.WaitGroup
 	// One VNC connection per VM, shared by every API client.
 	desks := desk.NewPool(farm, log)
-	opts := web.Options{Token: cfg.Token, Logger: log, Desks: desks, NoVNCDir: cfg.NoVNCDir}
+	opts := web.Options{Token: cfg.Token, ViewerToken: cfg.ViewerToken, Logger: log, Desks: desks, NoVNCDir: cfg.NoVNCDir,
+		AllowedHosts: allowedHosts(cfg)}
+	if cfg.NoLoopbackTrust {
+		opts.TrustedNets = []netip.Prefix{}
+	}
 	if pf, ok := farm.(pooledFarm); ok {
 		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
 	}
@@ -215,8 +248,11 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "deskfarm: serving on %s\n", serveURL(ln.Addr()))
 	fmt.Fprintf(out, "deskfarm: watch the desktops at %s/ (wall: %s/wall)\n", serveURL(ln.Addr()), serveURL(ln.Addr()))
-	if cfg.Token != "" && !isLoopback(ln.Addr()) {
-		fmt.Fprintf(out, "deskfarm: from another host, open %s/?token=TOKEN once (the page keeps it in a cookie)\n", serveURL(ln.Addr()))
+	fmt.Fprintf(out, "deskfarm: control token in %s, viewer token in %s (mode 0600; the CLI on this host reads the first)\n",
+		filepath.Join(cfg.StateDir, tokenFile), filepath.Join(cfg.StateDir, viewerTokenFile))
+	if cfg.NoLoopbackTrust || !isLoopback(ln.Addr()) {
+		fmt.Fprintf(out, "deskfarm: clients need a token: open %s/?token=TOKEN once in a browser (the page keeps it in a cookie), "+
+			"or set DESKFARM_TOKEN\n", serveURL(ln.Addr()))
 	}
 
 	var errs []error
@@ -279,11 +315,64 @@ func serveURL(addr net.Addr) string {
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(tcp.Port)) + " (all interfaces)"
 }
 
-// randomToken returns 32 random bytes in hex.
-func randomToken() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generate API token: %w", err)
+// Token files in the state dir, mode 0600: the farm reuses them across
+// restarts (bookmarked viewer links and scripts keep working), and the CLI
+// on this host reads the control token from there (client.TokenFor).
+// Remove a file and restart to change its token.
+const (
+	tokenFile       = "token"
+	viewerTokenFile = "viewer-token"
+)
+
+// keepToken returns tok, else the token kept in path, else a new one, and
+// keeps what it returns in path. The file is replaced, never rewritten in
+// place, so that it is 0600 whatever mode an older one had.
+func keepToken(path, tok string) (string, error) {
+	if tok == "" {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			tok = strings.TrimSpace(string(b))
+		case !errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("read token: %w", err)
+		}
 	}
-	return hex.EncodeToString(b), nil
+	if tok == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return "", fmt.Errorf("generate token for %s: %w", path, err)
+		}
+		tok = hex.EncodeToString(b)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return "", fmt.Errorf("keep token: %w", err)
+	}
+	defer os.Remove(f.Name()) // after the rename, a no-op
+	_, err = f.WriteString(tok + "\n")
+	if err == nil {
+		err = f.Chmod(0o600) // CreateTemp's mode already; say it
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("keep token in %s: %w", path, err)
+	}
+	return tok, nil
+}
+
+// allowedHosts are the Host names the farm answers to besides loopback
+// ones: --allow-host, and --listen's host unless it is a wildcard.
+func allowedHosts(cfg farmConfig) []string {
+	hosts := slices.Clone(cfg.AllowHosts)
+	if h, _, err := net.SplitHostPort(cfg.Listen); err == nil && h != "" {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }

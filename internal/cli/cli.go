@@ -1,5 +1,5 @@
-// Package cli holds deskfarm's client commands: vm, episode, act and
-// screenshot. Each is a thin layer over package client; none links the
+// Package cli holds deskfarm's client commands: vm, episode, act,
+// screenshot, mcp and agent. Each is a thin layer over package client; none links the
 // server (a unit test checks that vmm, pool, desk, vnc, web and prometheus
 // stay out of this package's dependencies). cmd/deskfarm adds them to the
 // root command beside serve and image.
@@ -51,7 +51,7 @@ func isTerminal(f any) bool {
 func AddCommands(root *cobra.Command, env *Env) {
 	const group = "client"
 	root.AddGroup(&cobra.Group{ID: group, Title: "Client commands (talk to a running server):"})
-	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env)} {
+	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env), mcpCommand(env), agentCommand(env)} {
 		c.GroupID = group
 		root.AddCommand(c)
 	}
@@ -69,8 +69,8 @@ func addServerFlag(env *Env, fs interface {
 	StringVar(p *string, name, value, usage string)
 }) *conn {
 	c := &conn{env: env}
-	fs.StringVar(&c.server, "server", "", fmt.Sprintf("deskfarm API URL (default $%s, else %s); the token is $%s",
-		client.EnvServer, client.DefaultServer, client.EnvToken))
+	fs.StringVar(&c.server, "server", "", fmt.Sprintf("deskfarm API URL (default $%s, else %s); the token is $%s, else (on loopback) the one in %s",
+		client.EnvServer, client.DefaultServer, client.EnvToken, client.DefaultTokenFile))
 	return c
 }
 
@@ -82,7 +82,7 @@ func (c *conn) client() (*client.Client, error) {
 	if server == "" {
 		server = client.DefaultServer
 	}
-	return client.New(server, client.WithToken(c.env.Getenv(client.EnvToken)))
+	return client.New(server, client.WithToken(client.TokenFor(server, c.env.Getenv)))
 }
 
 // nArgs accepts between min and max positional arguments (max < 0: no

@@ -29,7 +29,10 @@ type cli struct {
 func newCLI(t *testing.T, opts web.Options) *cli {
 	t.Helper()
 	srv, farm := farmtest.Serve(t, opts)
-	return &cli{t: t, farm: farm, env: map[string]string{"DESKFARM_SERVER": srv.URL}}
+	// No token file: a farm serving on this host must not leak its token
+	// into the tests.
+	return &cli{t: t, farm: farm, env: map[string]string{"DESKFARM_SERVER": srv.URL,
+		"DESKFARM_TOKEN_FILE": filepath.Join(t.TempDir(), "no-token")}}
 }
 
 type result struct {
@@ -59,7 +62,7 @@ func (c *cli) run(stdin []byte, args ...string) result {
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	switch args[0] {
-	case "vm", "episode", "act", "screenshot", "completion", "help", "--help":
+	case "vm", "episode", "act", "screenshot", "mcp", "agent", "completion", "help", "--help":
 	default:
 		args = append([]string{"vm"}, args...)
 	}
@@ -389,7 +392,7 @@ func TestNoServerDependencies(t *testing.T) {
 			t.Skip("no go command to list dependencies with")
 		}
 	}
-	for _, pkg := range []string{".", "../../client", "../../api"} {
+	for _, pkg := range []string{".", "../../client", "../../api", "../../mcpserver", "../../agentloop"} {
 		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

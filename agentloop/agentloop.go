@@ -1,0 +1,167 @@
+// Package agentloop is deskfarm's reference agent loop (issue 11): a model
+// drives a fresh episode's desktop through the computer-use tool of its
+// own API until it says it is done or runs out of steps. It is what the
+// Anthropic computer-use demo's loop is, on a deskfarm VM with a reset and
+// a live view; `deskfarm agent run` is its command.
+//
+// It owns the loop and nothing else. The models are reached through their
+// official SDKs (anthropic-sdk-go for Claude's computer_20251124 tool,
+// openai-go's Responses API for OpenAI's computer_use_preview), the farm
+// through package client: the tool calls go to the actions route as the
+// model emitted them, and the route's answer goes back as the tool result.
+// No server code is linked.
+package agentloop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/client"
+)
+
+// DefaultMaxSteps bounds a run that names no limit: model turns, each
+// with its tool calls.
+const DefaultMaxSteps = 30
+
+// endTimeout bounds the end of the episode after the run, also when the
+// run was canceled.
+const endTimeout = time.Minute
+
+// Stop reasons (Result.Stop).
+const (
+	StopDone     = "done"      // the model ended its turn without a tool call
+	StopMaxSteps = "max_steps" // the step limit was reached
+	StopRefused  = "refused"   // the loop would not go on (e.g. unacknowledged safety checks)
+	StopModel    = "model"     // the model stopped for another reason (Result.StopReason: max_tokens, refusal, ...)
+)
+
+// Options configure a run.
+type Options struct {
+	// Pool is the pool of the episode; "" lets the server choose.
+	Pool string
+	// TTLS is the episode's lease in seconds; 0 means the pool's default.
+	TTLS float64
+	// MaxSteps bounds the model turns; 0 means DefaultMaxSteps.
+	MaxSteps int
+	// Log receives one line per step; nil discards them.
+	Log io.Writer
+	// AcknowledgeSafetyChecks answers OpenAI's pending safety checks as
+	// acknowledged; without it the run stops at the first one. Whether to
+	// acknowledge is the operator's decision, so it is off by default.
+	AcknowledgeSafetyChecks bool
+	// KeepEpisode leaves the episode running after the run (to look at
+	// it in the live view); it then ends with its lease.
+	KeepEpisode bool
+}
+
+// Result is how a run ended.
+type Result struct {
+	Episode api.Episode
+	// Steps counts the model turns.
+	Steps int
+	// Stop is one of the Stop constants.
+	Stop string
+	// StopReason is the model API's own reason for its last answer, when
+	// it gives one (Claude's stop_reason).
+	StopReason string
+	// Final is the model's last text.
+	Final string
+}
+
+// run is one run's state shared by the providers: the farm, the episode
+// and the step log.
+type run struct {
+	c      *client.Client
+	opts   Options
+	ep     api.Episode
+	target client.Target
+	// width and height are the screenshots' size: the coordinate space
+	// the model is told.
+	width, height int
+}
+
+// start leases the episode, says where to watch it, and measures the
+// coordinate space with a first screenshot.
+func start(ctx context.Context, c *client.Client, opts Options) (*run, error) {
+	if opts.MaxSteps <= 0 {
+		opts.MaxSteps = DefaultMaxSteps
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	ep, err := c.StartEpisode(ctx, api.StartEpisodeRequest{Pool: opts.Pool, TTLS: opts.TTLS})
+	if err != nil {
+		return nil, fmt.Errorf("start episode: %w", err)
+	}
+	r := &run{c: c, opts: opts, ep: ep, target: client.Episode(ep.ID)}
+	r.logf("episode %s on vm %s (pool %s)", ep.ID, ep.VM, ep.Pool)
+	r.logf("live view: %s", ep.ViewerURL)
+	res, err := c.Act(ctx, r.target, api.ActionsRequest{Tool: claudeTool, Input: json.RawMessage(`{"action":"screenshot"}`),
+		ScreenshotSize: screenshotSize})
+	if err != nil {
+		return r, fmt.Errorf("first screenshot of episode %s: %w", ep.ID, err)
+	}
+	r.width, r.height = res.ScreenshotWidth, res.ScreenshotHeight
+	r.logf("screen %dx%d (screenshot_size %s)", r.width, r.height, screenshotSize)
+	return r, nil
+}
+
+// screenshotSize is the agent's coordinate space: the reference demo's
+// scaling (XGA/WXGA/FWXGA by aspect ratio), kept for the whole run.
+const screenshotSize = "auto"
+
+// finish ends the episode unless the options keep it, whatever became of
+// the run's context.
+func (r *run) finish(ctx context.Context, res *Result, err error) error {
+	res.Episode = r.ep
+	if r.opts.KeepEpisode {
+		r.logf("episode %s left running (it ends with its lease)", r.ep.ID)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	ep, endErr := r.c.EndEpisode(ctx, r.ep.ID)
+	if endErr != nil {
+		return errors.Join(err, fmt.Errorf("end episode %s: %w", r.ep.ID, endErr))
+	}
+	res.Episode = ep
+	r.logf("episode %s ended", r.ep.ID)
+	return err
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.opts.Log, format+"\n", args...)
+}
+
+// stepf logs a line of step n.
+func (r *run) stepf(n int, format string, args ...any) {
+	r.logf("[%d] "+format, append([]any{n}, args...)...)
+}
+
+// clip shortens s for a log line.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// describe says what an actions answer showed, for the step log.
+func describe(res api.ActionsResponse) string {
+	var parts []string
+	if res.Text != "" {
+		parts = append(parts, res.Text)
+	}
+	if res.Image != nil {
+		parts = append(parts, fmt.Sprintf("screenshot %dx%d", res.Image.Width, res.Image.Height))
+	}
+	parts = append(parts, fmt.Sprintf("%.0f ms", res.DurationMS))
+	return strings.Join(parts, ", ")
+}

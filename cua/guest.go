@@ -1,0 +1,295 @@
+package cua
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// Guest runs programs in the VM as root (the guest agent): a vmm.Farm bound
+// to one VM (FarmGuest).
+type Guest interface {
+	Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error)
+}
+
+// Farm is the part of vmm.Farm that FarmGuest needs.
+type Farm interface {
+	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
+}
+
+// FarmGuest is the Guest of one VM of a farm.
+type FarmGuest struct {
+	Farm Farm
+	VM   string
+}
+
+// Exec runs req in the VM.
+func (g FarmGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
+	return g.Farm.Exec(ctx, g.VM, req)
+}
+
+// guestCallTimeout bounds the short guest calls (file commands, clipboard,
+// xdotool): a qemu-ga exec round trip plus runuser takes well under a
+// second, but a TCG guest under load can be slow.
+const guestCallTimeout = 60 * time.Second
+
+// sessionScript runs "$@" (after the user name and home) as the desktop
+// user, in its home, with its X session's environment. The session's D-Bus
+// address is random (dbus-launch in images/recipes/desktop/deskfarm-session),
+// so DISPLAY, XAUTHORITY, DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR are
+// copied from the user's window manager when it runs; the defaults are the
+// desktop image's (startx on :0 with ~/.Xauthority).
+const sessionScript = `u=$1 home=$2; shift 2
+cd "$home" 2>/dev/null || cd /
+uid=$(id -u "$u") || exit 126
+sess=
+pid=$(pgrep -n -u "$u" -x openbox || pgrep -n -u "$u" -x Xorg) && sess=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(DISPLAY|XAUTHORITY|DBUS_SESSION_BUS_ADDRESS|XDG_RUNTIME_DIR)=')
+IFS='
+'
+set -f
+exec runuser -u "$u" -- env HOME="$home" USER="$u" LOGNAME="$u" SHELL=/bin/sh \
+	PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin \
+	DISPLAY=:0 XAUTHORITY="$home/.Xauthority" XDG_RUNTIME_DIR="/run/user/$uid" $sess "$@"`
+
+// session runs programs as the desktop user.
+type session struct {
+	g          Guest
+	user, home string
+}
+
+// argv is the root argv that runs argv as the user.
+func (s session) argv(argv ...string) []string {
+	return append([]string{"sh", "-c", sessionScript, "deskfarm-cua", s.user, s.home}, argv...)
+}
+
+// run runs argv as the user. A non-zero exit is not an error here.
+func (s session) run(ctx context.Context, stdin []byte, timeout time.Duration, argv ...string) (vmm.ExecResult, error) {
+	return s.g.Exec(ctx, vmm.ExecRequest{Argv: s.argv(argv...), Stdin: stdin, Timeout: timeout})
+}
+
+// check runs argv as the user and turns a non-zero exit into an error
+// carrying its stderr.
+func (s session) check(ctx context.Context, stdin []byte, argv ...string) ([]byte, error) {
+	res, err := s.run(ctx, stdin, guestCallTimeout, argv...)
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 || res.Signal != 0 {
+		return nil, &ExitError{Argv: argv, Code: res.ExitCode, Signal: res.Signal, Stderr: strings.TrimSpace(string(res.Stderr))}
+	}
+	if res.Truncated {
+		return nil, fmt.Errorf("%s: output over the guest agent's limit: %w", argv[0], vmm.ErrTooLarge)
+	}
+	return res.Stdout, nil
+}
+
+// ExitError is a guest program that failed. Its text is the program's
+// stderr when it wrote one, which is what Cua's clients show.
+type ExitError struct {
+	Argv   []string
+	Code   int
+	Signal int
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	if e.Stderr != "" {
+		return e.Stderr
+	}
+	if e.Signal != 0 {
+		return fmt.Sprintf("%s killed by signal %d", e.Argv[0], e.Signal)
+	}
+	return fmt.Sprintf("%s exited with status %d", e.Argv[0], e.Code)
+}
+
+// Scripts of the file commands; "$1" is the path. They run as the user,
+// so permissions and new files' owner are the user's, as under Cua's
+// server.
+const (
+	// list_dir: names of entries that are, or link to, files and
+	// directories (Cua keeps p.is_file() or p.is_dir()), NUL-separated.
+	listDirScript = `[ -d "$1" ] || { if [ -e "$1" ]; then echo "Not a directory: '$1'" >&2; else echo "No such file or directory: '$1'" >&2; fi; exit 2; }
+exec find "$1" -mindepth 1 -maxdepth 1 \( -xtype f -o -xtype d \) -printf '%f\0'`
+	// read_bytes: $2 bytes from offset $3 ("" for all).
+	readBytesScript = `[ -f "$1" ] || [ ! -e "$1" ] || { echo "Is a directory: '$1'" >&2; exit 2; }
+exec dd if="$1" bs=65536 iflag=skip_bytes,count_bytes skip="$3" ${2:+count="$2"} status=none`
+	writeScript  = `exec cat >"$1"`
+	appendScript = `exec cat >>"$1"`
+	// clipboard: pyperclip's order (xclip, then xsel). 127 means neither is
+	// installed.
+	clipGetScript = `if command -v xclip >/dev/null; then exec xclip -selection clipboard -o
+elif command -v xsel >/dev/null; then exec xsel --clipboard --output
+else exit 127; fi`
+	// The tools fork a process that serves the selection; its output goes
+	// to /dev/null so the guest agent, which waits for the output pipes to
+	// close, does not wait for it.
+	clipSetScript = `if command -v xclip >/dev/null; then exec xclip -selection clipboard -i >/dev/null 2>&1
+elif command -v xsel >/dev/null; then exec xsel --clipboard --input >/dev/null 2>&1
+else exit 127; fi`
+	// launch: detached, output discarded, the pid printed.
+	launchScript = `if [ $# -eq 1 ]; then setsid sh -c "$1" </dev/null >/dev/null 2>&1 &
+else setsid "$@" </dev/null >/dev/null 2>&1 & fi
+echo $!`
+)
+
+// errNoClipboardTool: the desktop image has neither xclip nor xsel.
+var errNoClipboardTool = errors.New("the guest has neither xclip nor xsel, which the clipboard commands need " +
+	"(deskfarm's osworld image has both; the desktop image has neither)")
+
+func (s session) file(ctx context.Context, o fileOp) (any, error) {
+	switch o.kind {
+	case fileExists, dirExists:
+		flag := "-f"
+		if o.kind == dirExists {
+			flag = "-d"
+		}
+		res, err := s.run(ctx, nil, guestCallTimeout, "test", flag, o.path)
+		if err != nil {
+			return nil, err
+		}
+		switch res.ExitCode {
+		case 0:
+			return existsReply{Exists: true}, nil
+		case 1:
+			return existsReply{Exists: false}, nil
+		}
+		return nil, &ExitError{Argv: []string{"test"}, Code: res.ExitCode, Signal: res.Signal, Stderr: strings.TrimSpace(string(res.Stderr))}
+	case listDir:
+		out, err := s.check(ctx, nil, "sh", "-c", listDirScript, "sh", o.path)
+		if err != nil {
+			return nil, err
+		}
+		files := []string{}
+		for name := range bytes.SplitSeq(out, []byte{0}) {
+			if len(name) > 0 {
+				files = append(files, string(name))
+			}
+		}
+		return filesReply{Files: files}, nil
+	case readText:
+		out, err := s.check(ctx, nil, "cat", "--", o.path)
+		if err != nil {
+			return nil, err
+		}
+		if !utf8.Valid(out) {
+			return nil, fmt.Errorf("'utf-8' codec can't decode %s: not UTF-8 text; use read_bytes", o.path)
+		}
+		return contentReply{Content: string(out)}, nil
+	case readBytes:
+		count := ""
+		if o.length >= 0 {
+			count = strconv.FormatInt(o.length, 10)
+		}
+		out, err := s.check(ctx, nil, "sh", "-c", readBytesScript, "sh", o.path, count, strconv.FormatInt(o.offset, 10))
+		if err != nil {
+			return nil, err
+		}
+		return bytesReply{ContentB64: base64.StdEncoding.EncodeToString(out)}, nil
+	case writeText, writeBytes:
+		script := writeScript
+		if o.append {
+			script = appendScript
+		}
+		if _, err := s.check(ctx, o.data, "sh", "-c", script, "sh", o.path); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	case fileSize:
+		out, err := s.check(ctx, nil, "stat", "-L", "-c", "%s", "--", o.path)
+		if err != nil {
+			return nil, err
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("size of %s: stat printed %q", o.path, out)
+		}
+		return sizeReply{Size: n}, nil
+	case deleteFile, createDir, deleteDir:
+		argv := map[fileKind][]string{
+			deleteFile: {"rm", "--", o.path},
+			createDir:  {"mkdir", "-p", "--", o.path},
+			deleteDir:  {"rmdir", "--", o.path},
+		}[o.kind]
+		if _, err := s.check(ctx, nil, argv...); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	}
+	return nil, fmt.Errorf("file command %s not implemented", o.kind)
+}
+
+func (s session) clipboardGet(ctx context.Context) (any, error) {
+	res, err := s.run(ctx, nil, guestCallTimeout, "sh", "-c", clipGetScript)
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode == 127 {
+		return nil, errNoClipboardTool
+	}
+	// Like pyperclip, an empty selection (xclip exits 1) reads as "".
+	return contentReply{Content: string(res.Stdout)}, nil
+}
+
+func (s session) clipboardSet(ctx context.Context, text string) (any, error) {
+	res, err := s.run(ctx, []byte(text), guestCallTimeout, "sh", "-c", clipSetScript)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case res.ExitCode == 127:
+		return nil, errNoClipboardTool
+	case res.ExitCode != 0:
+		return nil, &ExitError{Argv: []string{"xclip"}, Code: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr))}
+	}
+	return struct{}{}, nil
+}
+
+func (s session) shell(ctx context.Context, o shellOp) (any, error) {
+	res, err := s.run(ctx, nil, o.timeout, "sh", "-c", o.command)
+	if errors.Is(err, vmm.ErrTimeout) && ctx.Err() == nil {
+		return commandTimeoutReply{Stderr: fmt.Sprintf("Command timed out after %gs", o.timeout.Seconds()), ReturnCode: -1}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	code := res.ExitCode
+	if res.Signal != 0 {
+		code = -res.Signal // Python's returncode for a signalled child
+	}
+	return commandReply{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ReturnCode: code}, nil
+}
+
+func (s session) launch(ctx context.Context, o launchOp) (any, error) {
+	argv := append([]string{"sh", "-c", launchScript, "sh", o.app}, o.args...)
+	out, err := s.check(ctx, nil, argv...)
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return nil, fmt.Errorf("launch %s: no pid in %q", o.app, out)
+	}
+	return pidReply{PID: pid}, nil
+}
+
+// typeText types text with xdotool in the session (QEMU's VNC keyboard
+// carries only US ASCII).
+func (s session) typeText(ctx context.Context, text string) error {
+	_, err := s.check(ctx, nil, "xdotool", "type", "--delay", "12", "--", text)
+	return err
+}
+
+// hscroll clicks X button 6 or 7 where the pointer is (QEMU 7.2's VNC
+// drops them: ui/vnc.c pointer_event maps only buttons 1-5).
+func (s session) hscroll(ctx context.Context, button, count int) error {
+	_, err := s.check(ctx, nil, "xdotool", "click", "--repeat", strconv.Itoa(count), "--delay", "20", strconv.Itoa(button))
+	return err
+}

@@ -1,0 +1,134 @@
+package images_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testenv"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// inSession runs a shell command as "user" with the X session's
+// environment (display, D-Bus session bus, runtime dir), which the osworld
+// image's session writes to ~/.deskfarm-session-env.
+func inSession(cmd string) []string {
+	return []string{"runuser", "-u", "user", "--", "env", "HOME=/home/user", "sh", "-c",
+		"set -a; . /home/user/.deskfarm-session-env; set +a; cd /home/user; " + cmd}
+}
+
+// TestE2EOSWorldImage boots the osworld image at OSWorld's 1920x1080 and
+// checks, in the guest, what OSWorld's harness relies on: python is
+// Python 3 with an importable pyautogui that moves the real pointer and
+// types exactly into gnome-terminal; sudo -S takes "password"; the apps
+// start and answer where OSWorld's getters look (Chromium's CDP through
+// the google-chrome command, VLC's HTTP interface); AT-SPI sees the apps.
+// Under TCG on a loaded 2-core host Chromium and LibreOffice take 1-2
+// minutes to start, hence the long limits.
+func TestE2EOSWorldImage(t *testing.T) {
+	m := testenv.Manager(t, "osworld")
+	ctx := context.Background()
+	start := time.Now()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080, Boot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("osworld ready in %s (boot %.1fs, accel %s)", time.Since(start).Round(time.Millisecond), vm.BootSeconds, vm.Accel)
+
+	run := func(cmd string, timeout time.Duration) (string, int, error) {
+		res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: inSession(cmd), Timeout: timeout})
+		return string(res.Stdout) + string(res.Stderr), res.ExitCode, err
+	}
+	must := func(cmd string) string {
+		t.Helper()
+		out, code, err := run(cmd, 60*time.Second)
+		if err != nil || code != 0 {
+			t.Fatalf("%q: exit %d, %v: %s", cmd, code, err, out)
+		}
+		return out
+	}
+	// waitFor polls cmd until its output contains want.
+	waitFor := func(what, cmd, want string, limit time.Duration) {
+		t.Helper()
+		began := time.Now()
+		for {
+			// A slow guest may time a poll out; only the limit fails.
+			out, _, err := run(cmd, 60*time.Second)
+			if err != nil {
+				out = err.Error()
+			}
+			if strings.Contains(out, want) {
+				t.Logf("%s after %s", what, time.Since(began).Round(100*time.Millisecond))
+				return
+			}
+			if time.Since(began) > limit {
+				t.Fatalf("%s: %q never showed %q in %s; last output: %s", what, cmd, want, limit, out)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+
+	shot, err := m.Screenshot(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := shot.Bounds(); b.Dx() != 1920 || b.Dy() != 1080 {
+		t.Fatalf("screen is %v, want 1920x1080", b)
+	}
+
+	// OSWorld's action prefix, exactly.
+	out := must(`python -c "import pyautogui; import time; pyautogui.FAILSAFE = False; import sys; print(sys.version_info[0], tuple(pyautogui.size())); pyautogui.moveTo(123, 456, 0.3, pyautogui.easeInOutQuad)"`)
+	if !strings.Contains(out, "3 (1920, 1080)") {
+		t.Fatalf("python/pyautogui: %s", out)
+	}
+	if out := must("xdotool getmouselocation"); !strings.Contains(out, "x:123 y:456 ") {
+		t.Fatalf("pointer after pyautogui.moveTo(123, 456): %s", out)
+	}
+	if out := must("echo password | sudo -S -k id -u 2>/dev/null"); strings.TrimSpace(out) != "0" {
+		t.Fatalf("sudo -S: %s", out)
+	}
+
+	// gnome-terminal through D-Bus activation in the dbus-launch session,
+	// then pyautogui typing into it, Unicode included.
+	must("gnome-terminal >/dev/null 2>&1")
+	waitFor("gnome-terminal window", "wmctrl -lx", "gnome-terminal-server", 90*time.Second)
+	text := "osworld Grüße café — ✓ 日本語"
+	must(`python -c "import pyautogui; pyautogui.FAILSAFE = False; pyautogui.write('echo ` + text + ` > /tmp/typed.txt\n')"`)
+	waitFor("typed text", "cat /tmp/typed.txt", text, 30*time.Second)
+	if got := strings.TrimSpace(must("cat /tmp/typed.txt")); got != text {
+		t.Fatalf("gnome-terminal got %q, typed %q", got, text)
+	}
+	waitFor("AT-SPI tree", `python -c "import pyatspi; print([a.name for a in pyatspi.Registry.getDesktop(0)])"`, "gnome-terminal-server", 120*time.Second)
+
+	// Chromium as OSWorld starts Chrome, with CDP.
+	must("setsid -f google-chrome --remote-debugging-port=1337 >/dev/null 2>&1 </dev/null")
+	waitFor("Chromium CDP", `python -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:1337/json/version', timeout=5).read().decode())"`, `"Browser"`, 300*time.Second)
+	if out := must("ls /home/user/.config/google-chrome"); !strings.Contains(out, "Default") {
+		t.Fatalf("Chromium's profile is not where OSWorld's getters read it: %s", out)
+	}
+
+	// VLC's web interface, as OSWorld's vlc_playing_info reads it.
+	must("setsid -f vlc >/dev/null 2>&1 </dev/null")
+	waitFor("VLC status.xml", `python -c "
+import base64, urllib.request
+r = urllib.request.Request('http://127.0.0.1:8080/requests/status.xml', headers={'Authorization': 'Basic ' + base64.b64encode(b':password').decode()})
+print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*time.Second)
+
+	// LibreOffice Calc opens a window.
+	must("setsid -f libreoffice --calc >/dev/null 2>&1 </dev/null")
+	waitFor("LibreOffice Calc window", "wmctrl -l", "LibreOffice Calc", 300*time.Second)
+
+	// Chromium and VLC (Qt) publish their trees too: accessibility is on
+	// for the whole session, not only for GTK.
+	apps := `python -c "import pyatspi; print(sorted(a.name for a in pyatspi.Registry.getDesktop(0)))"`
+	waitFor("Chromium in the AT-SPI tree", apps, "'Chromium'", 120*time.Second)
+	waitFor("VLC in the AT-SPI tree", apps, "'vlc'", 120*time.Second)
+
+	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(ctx, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+}

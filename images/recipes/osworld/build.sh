@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# build.sh OUTDIR builds deskfarm's "osworld" image: the desktop image's
+# light session (Xorg on bochs-drm, openbox, lxpanel, pcmanfm; user "user"
+# logged in automatically; the QEMU guest agent; deskfarm-guestd and the
+# readiness signal on the virtio-serial port org.deskfarm.session.0) plus
+# what OSWorld's tasks (github.com/xlang-ai/OSWorld) run, from Debian
+# packages only:
+#   Chromium behind a google-chrome command, LibreOffice Calc/Writer/Impress,
+#   GIMP, VLC with its HTTP interface on :8080 (password "password"),
+#   Thunderbird, gnome-terminal, xterm, nautilus, socat, wmctrl, xdotool,
+#   the AT-SPI stack with accessibility on, python (= python3) with Xlib,
+#   PIL, pyatspi, pyperclip, and deskfarm's own pyautogui-compatible module
+#   (pyautogui.py; PyAutoGUI itself is not a Debian package).
+# The screen is 1920x1080 unless deskfarm.screen=WxH says otherwise. The
+# user's password is "password" (OSWorld's client password) for sudo -S.
+#
+# Files shared with the desktop recipe are byte-identical copies (an
+# image's hash covers only its own recipe directory; images.
+# TestOSWorldCopiesMatchDesktop keeps them in step). deskfarm-session,
+# rc.xml, menu.xml, panel, lxpanel.conf and libfm.conf are the desktop's,
+# changed for the terminal, the apps, accessibility and the screen size.
+#
+# It writes into OUTDIR:
+#   disk.qcow2  whole-disk ext4 (no partition table, root=/dev/vda), 10 GiB virtual
+#   vmlinuz     Debian's regular linux-image-amd64 kernel
+#   initrd.img  a small initramfs (virtio_pci, virtio_blk, ext4 and their deps)
+#   cmdline     the kernel command line base; the VM layer appends
+#               " video=WxH deskfarm.screen=WxH"
+#
+# Run by deskfarm's image builder (package images) as root, with the current
+# directory a scratch work dir and:
+#   DESKFARM_RECIPE_DIR       this recipe's files
+#   DESKFARM_MIRROR           Debian mirror (default http://deb.debian.org/debian)
+#   DESKFARM_SECURITY_MIRROR  Debian security mirror (default
+#                             http://deb.debian.org/debian-security; empty: none)
+# It prints "::step N/M description" before each major step.
+set -euo pipefail
+
+out=${1:?usage: build.sh OUTDIR}
+recipe=${DESKFARM_RECIPE_DIR:?DESKFARM_RECIPE_DIR is not set}
+mirror=${DESKFARM_MIRROR:-http://deb.debian.org/debian}
+security=${DESKFARM_SECURITY_MIRROR-http://deb.debian.org/debian-security}
+suite=bookworm
+work=$PWD
+root=$work/rootfs
+steps=7
+
+step() { echo "::step $1/$steps $2"; }
+
+# The package set; --no-install-recommends keeps it to what these need.
+packages=(
+	# boot and system
+	linux-image-amd64 initramfs-tools systemd-sysv udev kmod dbus libpam-systemd
+	qemu-guest-agent sudo procps less python3
+	# in-guest screenshots (what harnesses without a VNC mirror use; a benchmark baseline)
+	scrot
+	# X
+	xserver-xorg-core xserver-xorg-input-libinput xinit xauth x11-xserver-utils xcvt
+	xdotool dbus-x11 fonts-dejavu-core librsvg2-common
+	# the session
+	openbox lxpanel pcmanfm
+	# OSWorld's apps (Google Chrome and VS Code are not Debian packages)
+	chromium chromium-sandbox
+	libreoffice-calc libreoffice-writer libreoffice-impress libreoffice-gtk3
+	libreoffice-style-colibre fonts-liberation2 fonts-crosextra-carlito
+	fonts-crosextra-caladea
+	gimp vlc vlc-data thunderbird
+	gnome-terminal xterm nautilus
+	dconf-gsettings-backend dconf-service libglib2.0-bin
+	# tools the tasks call
+	socat wmctrl x11-utils xclip xsel
+	# accessibility: the AT-SPI bus and the GTK 2/3 bridges (libatk-adaptor
+	# also holds GTK 2's atk-bridge module, libgail-common its gail)
+	at-spi2-core libatk-adaptor libgail-common
+	# python as OSWorld's commands call it, and what pyautogui-style code imports
+	python-is-python3 python3-xlib python3-pil python3-pyatspi python3-pyperclip
+)
+
+# Units that would slow boot or do background work nobody needs in a
+# short-lived VM without network.
+masked_units=(
+	apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer
+	e2scrub_all.timer e2scrub_reap.service fstrim.timer man-db.timer
+	systemd-networkd-wait-online.service systemd-networkd.service
+	systemd-timesyncd.service keyboard-setup.service console-setup.service
+	# The image is built with current caches; these would rebuild them on
+	# first boot because /usr looks newer than /etc/.updated.
+	ldconfig.service systemd-hwdb-update.service systemd-update-done.service
+	# getty on the serial console (console=ttyS0 is for logs only).
+	serial-getty@ttyS0.service
+	# Early-boot work for features this VM does not use: device mapper,
+	# loop devices, FUSE, pstore, debugfs, hugepages, binfmt_misc.
+	modprobe@dm_mod.service modprobe@loop.service modprobe@fuse.service
+	modprobe@efi_pstore.service systemd-pstore.service
+	sys-kernel-debug.mount sys-kernel-tracing.mount dev-hugepages.mount
+	systemd-binfmt.service proc-sys-fs-binfmt_misc.automount
+	modprobe@drm.service modprobe@configfs.service sys-kernel-config.mount
+	dev-mqueue.mount
+	# Users exist already; the kernel mounts root read-write (cmdline rw).
+	systemd-sysusers.service systemd-remount-fs.service
+	# Boot records in utmp/wtmp (both on the way to sysinit.target), and the
+	# random seed file, which every VM cloned from this image would share.
+	systemd-update-utmp.service systemd-update-utmp-runlevel.service
+	systemd-random-seed.service
+	# The per-user systemd manager: the session needs no user units (its
+	# D-Bus comes from dbus-launch), and logind holds the login until the
+	# manager is up (2-3 s under TCG).
+	user@.service
+)
+
+# systemd generators for things this VM does not have (encrypted, verity
+# or GPT-discovered disks, hibernation, SysV scripts, rc.local, serial
+# gettys): each costs an exec early in boot.
+masked_generators=(
+	systemd-cryptsetup-generator systemd-gpt-auto-generator
+	systemd-hibernate-resume-generator systemd-integritysetup-generator
+	systemd-veritysetup-generator systemd-rc-local-generator
+	systemd-sysv-generator systemd-system-update-generator
+	systemd-run-generator systemd-debug-generator systemd-getty-generator
+)
+
+# Kernel driver trees for hardware a QEMU desktop VM never has (about
+# 150 MB); depmod runs afterwards.
+pruned_modules=(
+	drivers/gpu/drm/amd drivers/gpu/drm/radeon drivers/gpu/drm/nouveau
+	drivers/gpu/drm/i915 drivers/net/wireless drivers/media
+	drivers/infiniband drivers/staging
+)
+
+# in_root CMD... runs CMD in the rootfs with a clean environment.
+in_root() {
+	chroot "$root" /usr/bin/env -i \
+		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
+}
+
+mounts=()
+mount_fs() { # mount_fs TYPE DIR [OPTIONS]
+	mount -t "$1" ${3:+-o "$3"} "$1" "$2"
+	mounts+=("$2")
+}
+
+unmount_all() {
+	local i
+	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+		if mountpoint -q "${mounts[i]}"; then
+			umount "${mounts[i]}" 2>/dev/null || umount -l "${mounts[i]}"
+		fi
+	done
+	mounts=()
+}
+
+trap unmount_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Installs a recipe file into the rootfs: put MODE SRC DEST.
+put() {
+	install -D -m "$1" "$recipe/$2" "$root$3"
+}
+
+step 1 "debootstrap $suite (minbase)"
+mkdir -p "$root"
+debootstrap --variant=minbase --components=main "$suite" "$root" "$mirror"
+
+step 2 "install packages"
+mount_fs proc "$root/proc"
+mount_fs sysfs "$root/sys"
+mkdir -p "$root/dev/pts"
+mount_fs devpts "$root/dev/pts" newinstance,ptmxmode=0666
+{
+	echo "deb $mirror $suite main"
+	echo "deb $mirror $suite-updates main"
+	if [ -n "$security" ]; then
+		echo "deb $security $suite-security main"
+	fi
+} >"$root/etc/apt/sources.list"
+cat >"$root/etc/apt/apt.conf.d/90deskfarm" <<'EOF'
+APT::Install-Recommends "false";
+APT::Install-Suggests "false";
+Acquire::Languages "none";
+EOF
+put 0644 dpkg-nodoc /etc/dpkg/dpkg.cfg.d/deskfarm-nodoc
+# No daemons start in the chroot.
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 0755 "$root/usr/sbin/policy-rc.d"
+# Before the kernel package: its postinst builds the initramfs with these.
+put 0644 initramfs.conf /etc/initramfs-tools/conf.d/deskfarm
+put 0755 initramfs-hook /etc/initramfs-tools/hooks/deskfarm
+put 0755 initramfs-no-udev /etc/initramfs-tools/scripts/init-top/udev
+put 0755 initramfs-no-udev /etc/initramfs-tools/scripts/init-bottom/udev
+put 0644 modprobe-blacklist.conf /etc/modprobe.d/deskfarm-blacklist.conf
+in_root apt-get -q update
+in_root apt-get -q -y -o Dpkg::Use-Pty=0 install "${packages[@]}"
+
+step 3 "configure system and session"
+echo deskfarm >"$root/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\tdeskfarm\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+printf '/dev/vda\t/\text4\trw,noatime\t0\t0\n' >"$root/etc/fstab"
+echo 'LANG=C.UTF-8' >"$root/etc/default/locale"
+rm -f "$root/etc/resolv.conf" # no network in the guest
+in_root useradd --create-home --shell /bin/bash --groups sudo,video,input,audio user
+# OSWorld's client password: task steps run sudo -S with it.
+echo 'user:password' | in_root chpasswd
+
+put 0644 autologin.conf /etc/systemd/system/getty@tty1.service.d/autologin.conf
+put 0644 systemd.conf /etc/systemd/system.conf.d/deskfarm.conf
+put 0644 journald.conf /etc/systemd/journald.conf.d/deskfarm.conf
+put 0644 99-deskfarm.rules /etc/udev/rules.d/99-deskfarm.rules
+put 0644 xorg.conf /etc/X11/xorg.conf.d/10-deskfarm.conf
+put 0755 deskfarm-session /usr/local/bin/deskfarm-session
+put 0755 deskfarm-autostart /usr/local/bin/deskfarm-autostart
+put 0755 deskfarm-screen /usr/local/bin/deskfarm-screen
+put 0755 deskfarm-guestd /usr/local/bin/deskfarm-guestd
+put 0644 deskfarm-guestd.service /etc/systemd/system/deskfarm-guestd.service
+
+put 0755 google-chrome /usr/local/bin/google-chrome
+ln -sf google-chrome "$root/usr/local/bin/google-chrome-stable"
+put 0644 deskfarm.gschema.override /usr/share/glib-2.0/schemas/90_deskfarm.gschema.override
+in_root glib-compile-schemas /usr/share/glib-2.0/schemas
+# deskfarm's pyautogui, where python3 finds local modules.
+site=$(in_root python3 -c 'import sys; print("/usr/local/lib/python3.%d/dist-packages" % sys.version_info[1])')
+install -D -m 0644 "$recipe/pyautogui.py" "$root$site/pyautogui.py"
+
+home=/home/user
+put 0644 bash_profile $home/.bash_profile
+put 0644 xinitrc $home/.xinitrc
+put 0644 rc.xml $home/.config/openbox/rc.xml
+put 0644 menu.xml $home/.config/openbox/menu.xml
+put 0644 panel $home/.config/lxpanel/deskfarm/panels/panel
+put 0644 lxpanel.conf $home/.config/lxpanel/deskfarm/config
+put 0644 pcmanfm.conf $home/.config/pcmanfm/deskfarm/pcmanfm.conf
+put 0644 desktop-items-0.conf $home/.config/pcmanfm/deskfarm/desktop-items-0.conf
+put 0644 libfm.conf $home/.config/libfm/libfm.conf
+put 0644 vlcrc $home/.config/vlc/vlcrc
+put 0644 registrymodifications.xcu $home/.config/libreoffice/4/user/registrymodifications.xcu
+for d in Desktop Documents Downloads Music Pictures Public Templates Videos; do
+	mkdir -p "$root$home/$d"
+done
+in_root chown -R user:user $home
+
+in_root systemctl mask "${masked_units[@]}"
+mkdir -p "$root/etc/systemd/system-generators"
+for g in "${masked_generators[@]}"; do
+	ln -sf /dev/null "$root/etc/systemd/system-generators/$g"
+done
+in_root systemctl set-default multi-user.target
+in_root systemctl enable deskfarm-guestd.service
+
+# The kernel's postinst built the initramfs with the hook above; check it.
+kver=$(basename "$(ls -d "$root"/lib/modules/*)")
+initrd_files=$(in_root lsinitramfs "/boot/initrd.img-$kver")
+for m in virtio_pci virtio_blk ext4; do
+	if ! grep -q "/$m.ko" <<<"$initrd_files"; then
+		echo "build.sh: initramfs lacks $m" >&2
+		exit 1
+	fi
+done
+
+step 4 "check the OSWorld commands"
+# Each must run in the chroot (no display): a missing package or a broken
+# wrapper fails the build here rather than in a task.
+check() {
+	echo "check: $*"
+	if ! in_root "$@" >"$work/check.out" 2>&1; then
+		cat "$work/check.out" >&2
+		echo "build.sh: check failed: $*" >&2
+		exit 1
+	fi
+	head -n 3 "$work/check.out"
+}
+# As the user, with a throwaway HOME: VLC refuses root, and none may leave
+# a profile behind in the image.
+as_user=(runuser -u user -- env HOME=/tmp/check-home)
+check python -c 'import pyautogui, Xlib, PIL, pyatspi, pyperclip; print(pyautogui.__file__)'
+check "${as_user[@]}" google-chrome --version
+check "${as_user[@]}" vlc --version
+check "${as_user[@]}" libreoffice --version
+check "${as_user[@]}" gimp --version
+check "${as_user[@]}" thunderbird --version
+check sh -c 'command -v wmctrl xdotool socat xterm gnome-terminal nautilus sudo'
+check ls /usr/lib/x86_64-linux-gnu/vlc/lua/intf/http.luac /usr/share/vlc/lua/http/requests/status.xml
+check sh -c 'echo password | runuser -u user -- sudo -S -k true'
+rm -rf "$root/home/user/.sudo_as_admin_successful" "$root/tmp/check-home"
+
+step 5 "clean up the root file system"
+for d in "${pruned_modules[@]}"; do
+	rm -rf "$root/lib/modules/$kver/kernel/$d"
+done
+in_root depmod -a "$kver"
+rm -f "$root/usr/sbin/policy-rc.d"
+in_root apt-get clean
+rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+	"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
+	"$root"/var/log/apt/* "$root"/tmp/* "$root"/var/tmp/* \
+	"$root"/usr/share/man "$root"/usr/share/info "$root"/usr/share/lintian
+# What debootstrap unpacked before dpkg-nodoc was in place.
+find "$root/usr/share/doc" -type f ! -name copyright -delete
+find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+find "$root/var/log" -type f -exec truncate -s 0 {} +
+# mkfs.ext4 -d keeps whole seconds of timestamps only, while fontconfig's
+# caches record the font directories' mtimes to the nanosecond: truncate
+# those and rebuild the caches, or every session rebuilds them at login
+# (seconds of CPU under TCG).
+find "$root/usr/share/fonts" "$root/usr/local/share/fonts" -type d 2>/dev/null |
+	while read -r d; do touch -m -d "@$(stat -c %Y "$d")" "$d"; done
+in_root fc-cache -s -f
+unmount_all
+
+step 6 "make the ext4 file system"
+rm -f "$work/disk.raw"
+truncate -s 10G "$work/disk.raw"
+# Initialise inode tables and journal now: otherwise the guest kernel does
+# it in the background on every first boot, writing into each VM's overlay.
+mkfs.ext4 -q -F -L deskfarm-root -d "$root" \
+	-E lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0 "$work/disk.raw"
+
+step 7 "convert to qcow2, copy kernel and initrd"
+qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$out/disk.qcow2"
+rm -f "$work/disk.raw"
+cp "$root/boot/vmlinuz-$kver" "$out/vmlinuz"
+cp "$root/boot/initrd.img-$kver" "$out/initrd.img"
+# console=ttyS0: boot messages for whoever logs the serial port. Under TCG
+# the CPU does not speculate, so the mitigations only cost time.
+echo "root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=3 mitigations=off" >"$out/cmdline"
+echo "built $suite osworld image: kernel $kver, $(du -sh "$out/disk.qcow2" | cut -f1) qcow2"
