@@ -8,8 +8,11 @@ BIN      := bin/deskfarm
 LISTEN   ?= 127.0.0.1:8080
 IMAGES   ?= desktop
 GO_TEST_TIMEOUT ?= 75m
+# The soak benchmark's length: 20 minutes by `make soak`, 2 in `make test`.
+SOAK_DURATION ?= 20m
+SOAK_PARALLEL ?= 2
 
-.PHONY: run test setup build images unit e2e vet bench clean novnc
+.PHONY: run test setup build images unit e2e vet bench soak clean novnc
 
 run: setup build
 	$(BIN) image build $(IMAGES)
@@ -18,6 +21,7 @@ run: setup build
 test: setup build vet unit
 	$(BIN) image build tiny desktop osworld
 	DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 -run 'E2E' ./...
+	go run ./bench/soak -duration 2m -parallel $(SOAK_PARALLEL)
 	scripts/check-leftovers.sh
 
 setup:
@@ -45,6 +49,12 @@ unit:
 bench: setup build
 	$(BIN) image build desktop tiny
 	go run ./bench/reset
+
+# Parallel episodes of random valid and invalid requests on a farm of its
+# own; fails if a lease was lost or a domain, overlay, fd or goroutine leaked.
+soak: setup build
+	$(BIN) image build tiny
+	go run ./bench/soak -duration $(SOAK_DURATION) -parallel $(SOAK_PARALLEL)
 
 clean:
 	rm -rf bin

@@ -190,9 +190,35 @@ func (d *Desk) Run(ctx context.Context, size actions.ScreenshotSize, acts []acti
 	out := RunResult{Result: res}
 	out.Screenshot.X, out.Screenshot.Y = sc.ScreenshotSize()
 	if err != nil {
+		if cerr := d.closedUnder(ctx, err); cerr != nil {
+			return out, fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
+		}
 		return out, fmt.Errorf("actions on vm %s: %w", d.VM, err)
 	}
 	return out, nil
+}
+
+// deathGrace is how long a failed display write waits for the VM's death
+// to be announced: a QEMU killed under an action breaks the VNC socket at
+// once, while vmm's pid watch names the death ~0.7 s later (vmm/pidwatch.go).
+const deathGrace = 2 * time.Second
+
+// closedUnder returns the desk's close reason when err is a display
+// failure and the desk closes within deathGrace (its VM died or was
+// destroyed), so the caller hears "vm died" rather than a broken pipe.
+func (d *Desk) closedUnder(ctx context.Context, err error) error {
+	if !errors.Is(err, actions.ErrDisplay) {
+		return nil
+	}
+	t := time.NewTimer(deathGrace)
+	defer t.Stop()
+	select {
+	case <-d.done:
+		return d.Err()
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // ScreenshotOptions asks for one screenshot.

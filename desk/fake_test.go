@@ -20,7 +20,8 @@ type fakeDisplay struct {
 	buttons uint8
 	ptr     image.Point
 	closed  bool
-	events  int // input events received
+	broken  error // when set, input fails with it, as a socket whose QEMU was killed
+	events  int   // input events received
 }
 
 var _ Display = (*fakeDisplay)(nil)
@@ -61,6 +62,9 @@ func (f *fakeDisplay) Key(keysym uint32, _ uint16, down bool) error {
 	defer f.mu.Unlock()
 	if f.closed {
 		return vnc.ErrClosed
+	}
+	if f.broken != nil {
+		return f.broken
 	}
 	if down {
 		f.held[keysym] = true

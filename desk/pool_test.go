@@ -163,6 +163,36 @@ func TestDiedClosesDeskAndViewers(t *testing.T) {
 	}
 }
 
+// QEMU killed under an action breaks the VNC socket before the death is
+// announced; the action answers with the death, not the broken pipe.
+func TestRunFailingAsTheVMDiesSaysItDied(t *testing.T) {
+	r := newRig(t, 2)
+	broken := errors.New("write unix vnc.sock: broken pipe")
+
+	d := r.get("vm1")
+	r.display("vm1").mu.Lock()
+	r.display("vm1").broken = broken
+	r.display("vm1").mu.Unlock()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		r.farm.Kill("vm1", "crashed")
+	}()
+	_, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick)
+	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "crashed") || !strings.Contains(err.Error(), "vm1") {
+		t.Errorf("run while the VM dies: %v; want ErrClosed naming vm1 and the crash", err)
+	}
+
+	// A display failure with no death to follow stays a display error.
+	d2 := r.get("vm2")
+	r.display("vm2").mu.Lock()
+	r.display("vm2").broken = broken
+	r.display("vm2").mu.Unlock()
+	_, err = d2.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick)
+	if !errors.Is(err, actions.ErrDisplay) || errors.Is(err, ErrClosed) {
+		t.Errorf("run on a broken display of a live VM: %v; want ErrDisplay", err)
+	}
+}
+
 func TestDestroyedClosesDesk(t *testing.T) {
 	r := newRig(t, 1)
 	d := r.get("vm1")

@@ -52,6 +52,15 @@ func (a *agent) runArgs(ctx context.Context, name string, args func() any, out a
 		if ctx.Err() != nil {
 			return fmt.Errorf("agent %s on vm %s: %w", name, a.vm, ctx.Err())
 		}
+		// libvirt answers AGENT_UNRESPONSIVE when the agent did not answer
+		// its guest-sync within libvirt's own wait (a stopped or wedged
+		// qemu-ga): to the caller that is a timeout, not a failed command.
+		// "not connected" (no agent on the channel) and "disappeared while
+		// executing command" (the channel closed: the guest or QEMU went
+		// away) stay agent errors.
+		if libvirtCode(err) == libvirt.ErrAgentUnresponsive && !notConnected(err) && !strings.Contains(err.Error(), "disappeared") {
+			return fmt.Errorf("agent %s on vm %s: the guest agent did not answer: %w: %w", name, a.vm, ErrTimeout, err)
+		}
 		return fmt.Errorf("agent %s on vm %s: %w: %w", name, a.vm, ErrAgent, err)
 	}
 	if err := decodeAgentReply(reply, out); err != nil {

@@ -827,6 +827,17 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 		m.markBroken(mc, "clock after reset failed")
 		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(ctx, mc, err))
 	}
+	// libvirt reopens its guest-agent connection after a RAM restore; an
+	// exec sent before that fails with "guest agent disappeared" (about 2%
+	// of first execs after a reset in bench/soak). Answer only once the
+	// agent answers a ping (idempotent, retried through the reconnect).
+	actx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
+	err = mc.agent.waitReady(actx, func() error { return m.checkAlive(actx, mc, filepath.Join(mc.meta.Dir, "console.log")) })
+	cancel()
+	if err != nil {
+		m.markBroken(mc, "guest agent after reset failed")
+		return ResetResult{}, fmt.Errorf("reset vm %s: guest agent: %w", id, m.guestErr(ctx, mc, err))
+	}
 	mc.resets++
 	m.publish(EventReset, mc, "")
 	d := time.Since(start)

@@ -625,3 +625,41 @@ func TestDiedFromProcessExit(t *testing.T) {
 	time.Sleep(pidExitGrace + 100*time.Millisecond)
 	f.noEvent(t)
 }
+
+// A guest agent libvirt reports unresponsive (its guest-sync got no answer:
+// a stopped qemu-ga) is a timeout to the caller; one that disappeared
+// mid-command or is not connected stays an agent error. The first two
+// messages are libvirtd 9.0.0's, as the fault tests got them
+// (cmd/deskfarm/faults_e2e_test.go: a qemu-ga stopped with SIGSTOP, a
+// guest powering off under an exec); the third is fakeHV's, as vmm sees it
+// right after a restore.
+func TestUnresponsiveAgentIsATimeout(t *testing.T) {
+	cases := []struct {
+		name, msg   string
+		wantTimeout bool
+	}{
+		{"stopped", "Guest agent is not responding: Guest agent not available for now", true},
+		{"gone", "Guest agent is not responding: Guest agent disappeared while executing command", false},
+		{"absent", "Guest agent is not responding: QEMU guest agent is not connected", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			hv := newFakeHV()
+			f := newTestFarm(t, hv, nil)
+			vm, err := f.m.Create(context.Background(), tinyOpts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hv.mu.Lock()
+			hv.fail["agent:guest-exec"] = libvirt.Error{Code: uint32(libvirt.ErrAgentUnresponsive), Message: c.msg}
+			hv.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err = f.m.Exec(ctx, vm.ID, ExecRequest{Argv: []string{"true"}})
+			if errors.Is(err, ErrTimeout) != c.wantTimeout || errors.Is(err, ErrAgent) == c.wantTimeout || !strings.Contains(err.Error(), vm.ID) {
+				t.Errorf("exec: %v; want a timeout %v, naming the VM", err, c.wantTimeout)
+			}
+			f.m.Destroy(context.Background(), vm.ID)
+		})
+	}
+}
