@@ -28,6 +28,9 @@ type hypervisor interface {
 	destroyDomain(ctx context.Context, d libvirt.Domain) error
 	undefineDomain(ctx context.Context, d libvirt.Domain) error
 	domainState(ctx context.Context, d libvirt.Domain) (libvirt.DomainState, error)
+	// domainCPUTime is the domain's cumulative vCPU time, summed over its
+	// vCPUs (virDomainGetInfo's cpuTime).
+	domainCPUTime(ctx context.Context, d libvirt.Domain) (time.Duration, error)
 	domainMetadata(ctx context.Context, d libvirt.Domain, ns string) (string, error)
 	setDomainMetadata(ctx context.Context, d libvirt.Domain, key, ns, xml string) error
 	// monitorHMP runs a human monitor command; never retried (loadvm,
@@ -376,6 +379,13 @@ func (c *libvirtConn) domainState(ctx context.Context, d libvirt.Domain) (libvir
 	return call(ctx, c, true, func(l *libvirt.Libvirt) (libvirt.DomainState, error) {
 		s, _, err := l.DomainGetState(d, 0)
 		return libvirt.DomainState(s), err
+	})
+}
+
+func (c *libvirtConn) domainCPUTime(ctx context.Context, d libvirt.Domain) (time.Duration, error) {
+	return call(ctx, c, true, func(l *libvirt.Libvirt) (time.Duration, error) {
+		_, _, _, _, ns, err := l.DomainGetInfo(d)
+		return time.Duration(ns), err
 	})
 }
 

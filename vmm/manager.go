@@ -893,6 +893,23 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, m
 	return nil
 }
 
+// CPUTime is a VM's cumulative vCPU time, summed over its vCPUs, from
+// libvirt (virDomainGetInfo). Sampled twice, it gives the guest's CPU
+// utilisation: how busy it is regardless of what its screen shows (desk's
+// settle uses it to wait for a launched program's start-up work).
+func (m *Manager) CPUTime(ctx context.Context, id string) (time.Duration, error) {
+	mc, err := m.ready(id, "cpu time")
+	if err != nil {
+		return 0, err
+	}
+	defer mc.mu.RUnlock()
+	t, err := m.hv.domainCPUTime(ctx, mc.dom)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	return t, nil
+}
+
 // Screenshot grabs the VM's display with QEMU's screendump (what libvirt's
 // virDomainScreenshot does too; go-libvirt's stream for it fails to decode).
 // It is the baseline the live VNC framebuffer is measured against.

@@ -1,0 +1,149 @@
+package desk
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// GuestExec is the optional part of a Farm that reaches inside the guest:
+// vmm.Farm's Exec. With it, a desk's executors get an actions.GuestInput
+// (non-ASCII text, horizontal scroll, back/forward, the clipboard), played
+// in the guest's desktop session through package guestx.
+type GuestExec interface {
+	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
+}
+
+// CPUTimer is the optional part of a Farm that reports a VM's cumulative
+// vCPU time (vmm.Manager.CPUTime). With it, a desk's settles wait for the
+// guest to go idle as well as its screen (actions.GuestActivity).
+type CPUTimer interface {
+	CPUTime(ctx context.Context, id string) (time.Duration, error)
+}
+
+// GuestIdle is the vCPU utilisation (vCPU seconds per second, summed over
+// vCPUs) at or below which a desk's settle counts the guest as idle.
+//
+// Measured on the desktop image under TCG (2 vCPUs, 1 GiB, the 2-core build
+// host at load 8-12), 2026-11-30, sampling vmm.Manager.CPUTime every 250 ms:
+// an idle desktop reads 0.00-0.04 (libvirt's cpuTime is the QEMU process's
+// utime+stime, in 10 ms ticks, so a 250 ms window moves in steps of 0.04);
+// while mousepad or lxterminal starts, the guest reads 0.6-1.9 for 1-3 s.
+// See the settle table in docs/benchmarks.md. 0.25 sits well between, and
+// is actions.DefaultGuestIdle.
+const GuestIdle = 0.25
+
+// Typing through xdotool (GuestInput.TypeText).
+const (
+	// typeDelay is xdotool's delay between keys: the reference demo's 12 ms
+	// (anthropics/claude-quickstarts computer-use-demo, TYPING_DELAY_MS).
+	// xdotool rebinds a spare keycode for each character missing from the
+	// keymap, and applications drop or garble keys that come faster than
+	// they read the new mapping.
+	typeDelay = 12 * time.Millisecond
+	// guestTimeout bounds one guest command of the session input; typing
+	// gets more, in proportion to the text.
+	guestTimeout = 30 * time.Second
+)
+
+// guestInput is a desk's actions.GuestInput: xdotool and xclip run as the
+// desktop user in the guest's X session (guestx).
+type guestInput struct {
+	ex  GuestExec
+	vm  string
+	log *slog.Logger
+
+	kbOnce sync.Once
+}
+
+var _ actions.GuestInput = (*guestInput)(nil)
+
+// run runs argv in the session and fails on a non-zero exit.
+func (g *guestInput) run(ctx context.Context, c guestx.Cmd) ([]byte, error) {
+	if c.Timeout == 0 {
+		c.Timeout = guestTimeout
+	}
+	start := time.Now()
+	out, err := guestx.Output(ctx, g.ex, g.vm, c)
+	g.log.Debug("guest input", "vm", g.vm, "op", "guest-input", "argv", c.Argv, "duration", time.Since(start).Round(time.Millisecond), "err", err)
+	return out, err
+}
+
+// keyboard sets the session's XKB layout to us once per desk, before the
+// first text is typed: xdotool types wrong characters when the keymap it
+// reads differs from that of the keyboard used last, and the QEMU keyboard
+// the VNC keys arrive on has none set explicitly
+// (jordansissel/xdotool#97, #414, #49). A failure is logged, not fatal.
+func (g *guestInput) keyboard(ctx context.Context) {
+	g.kbOnce.Do(func() {
+		if _, err := g.run(ctx, guestx.Cmd{Argv: []string{"setxkbmap", "us"}}); err != nil {
+			g.log.Warn("setxkbmap us", "vm", g.vm, "op", "guest-input", "err", err)
+		}
+	})
+}
+
+// TypeText types text with xdotool, the text passed on stdin (--file -) so
+// that it reaches xdotool byte for byte, without quoting.
+func (g *guestInput) TypeText(ctx context.Context, text string) error {
+	g.keyboard(ctx)
+	n := len([]rune(text))
+	_, err := g.run(ctx, guestx.Cmd{
+		Argv:    []string{"xdotool", "type", "--delay", strconv.Itoa(int(typeDelay.Milliseconds())), "--file", "-"},
+		Stdin:   []byte(text),
+		Timeout: guestTimeout + time.Duration(n)*typeDelay*4,
+	})
+	return err
+}
+
+// Button clicks X button b count times at (x, y).
+func (g *guestInput) Button(ctx context.Context, b, x, y, count int) error {
+	if count < 1 {
+		count = 1
+	}
+	_, err := g.run(ctx, guestx.Cmd{Argv: []string{"xdotool", "mousemove", strconv.Itoa(x), strconv.Itoa(y),
+		"click", "--repeat", strconv.Itoa(count), "--delay", "30", strconv.Itoa(b)}})
+	return err
+}
+
+// ClipboardGet reads the CLIPBOARD selection as UTF-8; "" when nothing owns
+// it or it holds no text.
+func (g *guestInput) ClipboardGet(ctx context.Context) (string, error) {
+	// xclip exits 1 when the selection is empty or has no UTF8_STRING
+	// target; tell that apart from a broken session with the owner check.
+	out, err := g.run(ctx, guestx.Cmd{Shell: `xclip -selection clipboard -o -t UTF8_STRING 2>/dev/null && exit 0
+t=$(xclip -selection clipboard -o -t TARGETS 2>/dev/null) || exit 0
+case "$t" in *UTF8_STRING*|*STRING*) exit 1;; esac`})
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// ClipboardSet makes xclip own the CLIPBOARD selection with text. xclip
+// stays in the background to serve it; its output goes to /dev/null so that
+// the guest agent's exec does not wait for it.
+func (g *guestInput) ClipboardSet(ctx context.Context, text string) error {
+	_, err := g.run(ctx, guestx.Cmd{Shell: `xclip -selection clipboard -i >/dev/null 2>&1`, Stdin: []byte(text)})
+	if err != nil {
+		return fmt.Errorf("set clipboard: %w", err)
+	}
+	return nil
+}
+
+// guestActivity is a desk's actions.GuestActivity: the VM's vCPU time.
+type guestActivity struct {
+	t  CPUTimer
+	vm string
+}
+
+// CPUTime returns the VM's cumulative vCPU time.
+func (a guestActivity) CPUTime(ctx context.Context) (time.Duration, error) {
+	return a.t.CPUTime(ctx, a.vm)
+}

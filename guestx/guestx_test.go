@@ -1,0 +1,71 @@
+package guestx
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
+)
+
+// The wrapper is run here by the host's sh with runuser and pgrep replaced
+// by stand-ins, so the test sees the environment and argv the program would
+// get, not just the strings Request builds.
+func TestRequestRunsAsTheUserWithTheSessionEnv(t *testing.T) {
+	req, err := Request(Cmd{Argv: []string{"printenv"}, Env: []string{"LANG=de_DE.UTF-8", "EXTRA=1"}, Dir: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(req.Argv[2], "pgrep -u user -x -o openbox", "echo $$")
+	script = strings.ReplaceAll(script, "exec runuser -u user -- env", "printf '%s\\n' runuser")
+	out, err := exec.Command("sh", append([]string{"-c", script}, req.Argv[3:]...)...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if lines[0] != "runuser" || lines[len(lines)-1] != "printenv" {
+		t.Fatalf("argv after the wrapper: %q", lines)
+	}
+	for _, want := range []string{"DISPLAY=:0", "XAUTHORITY=/home/user/.Xauthority", "XDG_RUNTIME_DIR=/run/user/1000", "EXTRA=1"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("%s missing from %q", want, lines)
+		}
+	}
+	// env applies assignments left to right: the caller's LANG comes after
+	// the session's, so it wins.
+	if i, j := slices.Index(lines, "LANG=C.UTF-8"), slices.Index(lines, "LANG=de_DE.UTF-8"); i < 0 || j < i {
+		t.Errorf("LANG order in %q", lines)
+	}
+}
+
+func TestRequestShellAndErrors(t *testing.T) {
+	req, err := Request(Cmd{Shell: "echo $HOME", Dir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(req.Argv); req.Argv[4] != "/tmp" || req.Argv[n-3] != "sh" || req.Argv[n-1] != "echo $HOME" {
+		t.Errorf("argv %q", req.Argv)
+	}
+	for _, c := range []Cmd{{}, {Argv: []string{"a"}, Shell: "b"}, {Argv: []string{""}}, {Argv: []string{"A=b"}},
+		{Argv: []string{"x"}, Env: []string{"NOVALUE"}}} {
+		if _, err := Request(c); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Request(%+v) = %v, want ErrInvalid", c, err)
+		}
+	}
+}
+
+func TestOutputExitError(t *testing.T) {
+	farm := vmmtest.New()
+	vm, _ := farm.Create(context.Background(), vmm.CreateOptions{Image: "desktop"})
+	farm.ExecFn = func(vmm.ExecRequest) (vmm.ExecResult, error) {
+		return vmm.ExecResult{ExitCode: 1, Stderr: []byte("Error: Can't open display: :0\n")}, nil
+	}
+	_, err := Output(context.Background(), farm, vm.ID, Cmd{Argv: []string{"xclip", "-o"}})
+	if ee, ok := errors.AsType[*ExitError](err); !ok || ee.Result.ExitCode != 1 || !strings.Contains(err.Error(), "Can't open display") {
+		t.Errorf("Output = %v", err)
+	}
+}
