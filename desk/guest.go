@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
@@ -40,18 +39,8 @@ type CPUTimer interface {
 // is actions.DefaultGuestIdle.
 const GuestIdle = 0.25
 
-// Typing through xdotool (GuestInput.TypeText).
-const (
-	// typeDelay is xdotool's delay between keys: the reference demo's 12 ms
-	// (anthropics/claude-quickstarts computer-use-demo, TYPING_DELAY_MS).
-	// xdotool rebinds a spare keycode for each character missing from the
-	// keymap, and applications drop or garble keys that come faster than
-	// they read the new mapping.
-	typeDelay = 12 * time.Millisecond
-	// guestTimeout bounds one guest command of the session input; typing
-	// gets more, in proportion to the text.
-	guestTimeout = 30 * time.Second
-)
+// guestTimeout bounds one guest command of the session input.
+const guestTimeout = 30 * time.Second
 
 // guestInput is a desk's actions.GuestInput: xdotool and xclip run as the
 // desktop user in the guest's X session (guestx).
@@ -59,8 +48,6 @@ type guestInput struct {
 	ex  GuestExec
 	vm  string
 	log *slog.Logger
-
-	kbOnce sync.Once
 }
 
 var _ actions.GuestInput = (*guestInput)(nil)
@@ -76,29 +63,51 @@ func (g *guestInput) run(ctx context.Context, c guestx.Cmd) ([]byte, error) {
 	return out, err
 }
 
-// keyboard sets the session's XKB layout to us once per desk, before the
-// first text is typed: xdotool types wrong characters when the keymap it
-// reads differs from that of the keyboard used last, and the QEMU keyboard
-// the VNC keys arrive on has none set explicitly
-// (jordansissel/xdotool#97, #414, #49). A failure is logged, not fatal.
-func (g *guestInput) keyboard(ctx context.Context) {
-	g.kbOnce.Do(func() {
-		if _, err := g.run(ctx, guestx.Cmd{Argv: []string{"setxkbmap", "us"}}); err != nil {
-			g.log.Warn("setxkbmap us", "vm", g.vm, "op", "guest-input", "err", err)
-		}
-	})
-}
+// pasteScript types stdin by pasting it: each line is put in the CLIPBOARD
+// and PRIMARY selections and pasted with Shift+Insert (GTK and Qt text
+// widgets, browsers and LibreOffice paste CLIPBOARD on it, VTE terminals
+// such as lxterminal PRIMARY), and each newline is a Return key, so that a
+// terminal runs a command as if it were typed (bash's bracketed paste would
+// hold a pasted newline). The clipboard the user had is put back afterwards.
+//
+// Why not xdotool type: on the desktop image (xdotool 3.20160805, mousepad)
+// it drops characters outside the keymap: typing "é日ü本✓x" with --delay 150
+// gave "éü本x", and at the demo's 12 ms "Grüße, café" gave "Gre, caf"
+// (2026-11-30); xdotool rebinds one spare keycode per character and the
+// application reads the key before the new mapping (jordansissel/xdotool#97,
+// #154). Pasting gave the text byte for byte in mousepad and lxterminal.
+//
+// The selection is fetched by the application asynchronously after the key,
+// so the next line and the restore wait pasteGap; the restore runs in the
+// background so the action does not pay for it.
+const pasteScript = `f=$(mktemp) && cat >"$f" || exit 1
+old=$(mktemp)
+xclip -selection clipboard -o -t UTF8_STRING >"$old" 2>/dev/null || rm -f "$old"
+n=$(wc -l <"$f")
+i=0
+while IFS= read -r line || [ -n "$line" ]; do
+	if [ "$i" -gt 0 ]; then sleep ` + pasteGap + `; fi
+	if [ -n "$line" ]; then
+		printf %s "$line" | xclip -selection clipboard -i >/dev/null 2>&1 || exit 1
+		printf %s "$line" | xclip -selection primary -i >/dev/null 2>&1 || exit 1
+		xdotool key --clearmodifiers shift+Insert || exit 1
+	fi
+	i=$((i + 1))
+	if [ "$i" -le "$n" ]; then xdotool key --clearmodifiers Return || exit 1; fi
+done <"$f"
+rm -f "$f"
+if [ -f "$old" ]; then
+	(sleep 1; xclip -selection clipboard -i "$old" >/dev/null 2>&1; rm -f "$old") >/dev/null 2>&1 &
+fi
+exit 0`
 
-// TypeText types text with xdotool, the text passed on stdin (--file -) so
-// that it reaches xdotool byte for byte, without quoting.
+// pasteGap is the pause between pasted lines (see pasteScript).
+const pasteGap = "0.3"
+
+// TypeText types text by pasting it in the guest's session (pasteScript).
+// The text travels on stdin, byte for byte, without quoting.
 func (g *guestInput) TypeText(ctx context.Context, text string) error {
-	g.keyboard(ctx)
-	n := len([]rune(text))
-	_, err := g.run(ctx, guestx.Cmd{
-		Argv:    []string{"xdotool", "type", "--delay", strconv.Itoa(int(typeDelay.Milliseconds())), "--file", "-"},
-		Stdin:   []byte(text),
-		Timeout: guestTimeout + time.Duration(n)*typeDelay*4,
-	})
+	_, err := g.run(ctx, guestx.Cmd{Shell: pasteScript, Stdin: []byte(text)})
 	return err
 }
 
