@@ -30,13 +30,14 @@ type CPUTimer interface {
 // GuestIdle is the vCPU utilisation (vCPU seconds per second, summed over
 // vCPUs) at or below which a desk's settle counts the guest as idle.
 //
-// Measured on the desktop image under TCG (2 vCPUs, 1 GiB, the 2-core build
-// host at load 8-12), 2026-11-30, sampling vmm.Manager.CPUTime every 250 ms:
-// an idle desktop reads 0.00-0.04 (libvirt's cpuTime is the QEMU process's
-// utime+stime, in 10 ms ticks, so a 250 ms window moves in steps of 0.04);
-// while mousepad or lxterminal starts, the guest reads 0.6-1.9 for 1-3 s.
-// See the settle table in docs/benchmarks.md. 0.25 sits well between, and
-// is actions.DefaultGuestIdle.
+// Measured on the desktop image under TCG (2 vCPUs, 1 GiB; the 2-core build
+// host at load average 8-12), 2026-11-30, sampling vmm.Manager.CPUTime every
+// 250 ms: an idle desktop read 0.00-0.08, once 0.28 just after a launch
+// (libvirt's cpuTime is the QEMU process's utime+stime in 10 ms ticks, so a
+// 250 ms window moves in steps of 0.04); while mousepad started it read
+// 0.32-1.00, 0.6-1.0 for most of its ~10 s start-up. 0.25 (
+// actions.DefaultGuestIdle) sits between; a busy window costs one more
+// settle round, so an idle guest's occasional tick is cheap.
 const GuestIdle = 0.25
 
 // guestTimeout bounds one guest command of the session input.

@@ -1,0 +1,254 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/png"
+	"math/rand/v2"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/internal/testenv"
+	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/web"
+)
+
+// Issue 11's proof on one real desktop VM: each agent vocabulary drives it
+// through POST /v1/vms/{id}/actions and gets its own answer back.
+func TestE2EAgentProtocolsDesktop(t *testing.T) {
+	m := testenv.Manager(t, "desktop")
+	pool := desk.NewPool(m, nil)
+	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
+	t.Cleanup(func() { srv.Close(); pool.Close() })
+	ctx := context.Background()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &tinyAPI{t: t, m: m, srv: srv, vm: vm}
+	// sh runs a command in the desktop session and returns its stdout.
+	sh := func(script string) string {
+		t.Helper()
+		out, err := guestx.Output(ctx, m, vm.ID, guestx.Cmd{Shell: script})
+		if err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		return string(out)
+	}
+	// waitTitle waits for the focused window's title to contain s.
+	waitTitle := func(s string) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			out, err := guestx.Output(ctx, m, vm.ID, guestx.Cmd{Shell: "xdotool getactivewindow getwindowname"})
+			if err == nil && strings.Contains(string(out), s) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no focused window titled %q: %q %v", s, out, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+
+	t.Run("openai click lands", func(t *testing.T) {
+		item := `{"type":"computer_call","id":"cu_e2e","call_id":"call_e2e","status":"completed",
+			"action":{"type":"click","button":"left","x":333,"y":222},"pending_safety_checks":[]}`
+		res := a.act(`{"tool":"computer_use_preview","input":`+item+`}`, 200)
+		raw, _ := json.Marshal(res.ComputerCallOutput)
+		var out responses.ResponseInputItemComputerCallOutput
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("computer_call_output %s does not decode with openai-go: %v", raw, err)
+		}
+		if out.CallID != "call_e2e" || string(out.Output.Type) != "computer_screenshot" {
+			t.Fatalf("computer_call_output %s", raw)
+		}
+		img := dataURLImage(t, out.Output.ImageURL)
+		if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 800 {
+			t.Errorf("screenshot %v, want 1280x800", b)
+		}
+		// 1280x800 is WXGA: the agent's coordinates are the guest's pixels.
+		if got := sh("xdotool getmouselocation --shell | head -2 | tr '\\n' ' '"); got != "X=333 Y=222 " {
+			t.Errorf("pointer in the guest at %q, want X=333 Y=222", got)
+		}
+	})
+
+	t.Run("toolset failing middle action", func(t *testing.T) {
+		turn := `[{"type":"tool_use","id":"tu_a","name":"mouse_move","input":{"coordinate":[100,100]}},
+			{"type":"tool_use","id":"tu_b","name":"left_click","input":{"coordinate":[99999,5]}},
+			{"type":"tool_use","id":"tu_c","name":"screenshot","input":{}}]`
+		res := a.act(`{"tool":"computer_toolset_20260801","input":`+turn+`}`, 200)
+		if len(res.ToolResults) != 3 {
+			t.Fatalf("%d tool_results: %+v", len(res.ToolResults), res.ToolResults)
+		}
+		want := []struct {
+			id, text string
+			isErr    bool
+		}{{"tu_a", "", false}, {"tu_b", "coordinate", true}, {"tu_c", "Not executed: an earlier computer action in this turn failed.", true}}
+		for i, w := range want {
+			tr := res.ToolResults[i]
+			if tr.ToolUseID != w.id || tr.IsError != w.isErr {
+				t.Errorf("result %d: id %s is_error %v, want %s %v", i, tr.ToolUseID, tr.IsError, w.id, w.isErr)
+			}
+			if w.text != "" && (len(tr.Content) == 0 || !strings.Contains(tr.Content[0].Text, w.text)) {
+				t.Errorf("result %d content %+v, want text with %q", i, tr.Content, w.text)
+			}
+		}
+		if got := sh("xdotool getmouselocation --shell | head -2 | tr '\\n' ' '"); got != "X=100 Y=100 " {
+			t.Errorf("the first block did not run: pointer at %q", got)
+		}
+	})
+
+	t.Run("unicode typed into mousepad comes back byte for byte", func(t *testing.T) {
+		const text = "Grüße, café — naïve ✓ 日本語 😀\nsecond line: ASCII & ß"
+		sh("setsid mousepad /home/user/unicode.txt >/dev/null 2>&1 &")
+		waitTitle("unicode.txt")
+		body, _ := json.Marshal(map[string]any{"tool": "computer_20251124", "input": map[string]any{"action": "type", "text": text}})
+		a.act(string(body), 200)
+		a.act(`{"tool":"computer_20251124","input":{"action":"key","text":"ctrl+s"}}`, 200)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			b, err := m.ReadFile(ctx, vm.ID, "/home/user/unicode.txt")
+			if err == nil && len(b) > 0 {
+				if !bytes.Equal(b, []byte(text)) {
+					t.Fatalf("saved file holds %q (% x), want %q", b, b, text)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("mousepad saved nothing: %v", err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		a.act(`{"tool":"computer_20251124","input":{"action":"key","text":"ctrl+q"}}`, 200)
+	})
+
+	t.Run("clipboard round-trips unicode", func(t *testing.T) {
+		const text = "クリップボード ✓ Grüße\n二行目"
+		body, _ := json.Marshal(map[string]any{"actions": []map[string]any{
+			{"kind": "clipboard_set", "text": text}, {"kind": "clipboard_get"}}, "screenshot": "never"})
+		res := a.act(string(body), 200)
+		if res.Clipboard == nil || *res.Clipboard != text {
+			t.Fatalf("clipboard_get = %v, want %q", res.Clipboard, text)
+		}
+	})
+
+	t.Run("horizontal scroll moves a wide page sideways", func(t *testing.T) {
+		// Lines far wider than the screen, of letters in no repeating
+		// pattern, so a sideways shift of the text has one best match.
+		r := rand.New(rand.NewPCG(11, 11))
+		var wide strings.Builder
+		for range 40 {
+			for range 600 {
+				wide.WriteByte(byte('a' + r.IntN(26)))
+				if r.IntN(7) == 0 {
+					wide.WriteByte(' ')
+				}
+			}
+			wide.WriteByte('\n')
+		}
+		if err := m.WriteFile(ctx, vm.ID, "/home/user/wide.txt", []byte(wide.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sh("setsid mousepad /home/user/wide.txt >/dev/null 2>&1 &")
+		waitTitle("wide.txt")
+		before := a.act(`{"tool":"computer_20251124","input":{"action":"screenshot"}}`, 200)
+		res := a.act(`{"tool":"computer_20251124","input":{"action":"scroll","coordinate":[640,400],"scroll_direction":"right","scroll_amount":5}}`, 200)
+		old, cur := decodeImage(t, before.Image), decodeImage(t, res.Image)
+		dx, best, still := sideways(old, cur, image.Rect(500, 250, 700, 450))
+		t.Logf("scroll right: content moved %d px left (mismatch %.4f, unmoved %.4f)", dx, best, still)
+		if dx <= 0 || best > still/4 {
+			t.Fatalf("after scrolling right the text did not move left: best shift %d (mismatch %.4f, unmoved %.4f)", dx, best, still)
+		}
+		res = a.act(`{"tool":"computer_20251124","input":{"action":"scroll","coordinate":[640,400],"scroll_direction":"left","scroll_amount":5}}`, 200)
+		back := decodeImage(t, res.Image)
+		if dx2, _, _ := sideways(cur, back, image.Rect(500, 250, 700, 450)); dx2 >= 0 {
+			t.Errorf("scrolling left moved the text by %d px, want right (negative)", dx2)
+		}
+	})
+}
+
+// sideways finds the horizontal shift dx for which cur(x) best equals
+// old(x+dx) over region r, and returns it with its mean mismatch and that of
+// no shift (0-1 per channel).
+func sideways(old, cur *image.RGBA, r image.Rectangle) (dx int, best, still float64) {
+	diff := func(dx int) float64 {
+		var sum, n float64
+		for y := r.Min.Y; y < r.Max.Y; y++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
+				a, b := cur.RGBAAt(x, y), old.RGBAAt(x+dx, y)
+				sum += absf(float64(a.R)-float64(b.R)) + absf(float64(a.G)-float64(b.G)) + absf(float64(a.B)-float64(b.B))
+				n += 3 * 255
+			}
+		}
+		return sum / n
+	}
+	still = diff(0)
+	best = still
+	for d := -450; d <= 450; d++ {
+		if r.Min.X+d < 0 || r.Max.X+d > old.Rect.Dx() {
+			continue
+		}
+		if v := diff(d); v < best {
+			best, dx = v, d
+		}
+	}
+	return dx, best, still
+}
+
+func absf(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func decodeImage(t *testing.T, im *api.Image) *image.RGBA {
+	t.Helper()
+	if im == nil {
+		t.Fatal("no image in the answer")
+	}
+	b, err := base64.StdEncoding.DecodeString(im.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodePNG(t, b)
+}
+
+func dataURLImage(t *testing.T, url string) *image.RGBA {
+	t.Helper()
+	const prefix = "data:image/png;base64,"
+	if !strings.HasPrefix(url, prefix) {
+		t.Fatalf("image_url %.40q is not a PNG data URL", url)
+	}
+	b, err := base64.StdEncoding.DecodeString(url[len(prefix):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodePNG(t, b)
+}
+
+func decodePNG(t *testing.T, b []byte) *image.RGBA {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rgba := image.NewRGBA(img.Bounds())
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			rgba.Set(x, y, img.At(x, y))
+		}
+	}
+	return rgba
+}
