@@ -78,32 +78,53 @@ func (g *guestInput) run(ctx context.Context, c guestx.Cmd) ([]byte, error) {
 // application reads the key before the new mapping (jordansissel/xdotool#97,
 // #154). Pasting gave the text byte for byte in mousepad and lxterminal.
 //
-// The selection is fetched by the application asynchronously after the key,
-// so the next line and the restore wait pasteGap; the restore runs in the
-// background so the action does not pay for it.
-const pasteScript = `f=$(mktemp) && cat >"$f" || exit 1
-old=$(mktemp)
-xclip -selection clipboard -o -t UTF8_STRING >"$old" 2>/dev/null || rm -f "$old"
-n=$(wc -l <"$f")
+// The application fetches the selection asynchronously after the key, and
+// keys sent after the paste (a Return here, or the agent's next action over
+// VNC) must not overtake it. xclip -verbose logs each selection request it
+// serves ("Waiting for selection request N of ..." after N-1 served), so the
+// script waits for the first request to be served, then pasteGrace for the
+// data request that follows the TARGETS one (GTK asks for TARGETS, then
+// UTF8_STRING; measured in mousepad), at most pasteWait in all.
+const pasteScript = `d=$(mktemp -d) && cat >"$d/in" || exit 1
+xclip -selection clipboard -o -t UTF8_STRING >"$d/old" 2>/dev/null || rm -f "$d/old"
+n=$(wc -l <"$d/in")
 i=0
+serve() { # serve $d/line in selection $1, logging to $d/$1
+	xclip -verbose -selection "$1" -loops 1000 -i "$d/line" >"$d/$1" 2>&1 &
+}
+served() { grep -q "request $2 of" "$d/$1" 2>/dev/null; }
 while IFS= read -r line || [ -n "$line" ]; do
-	if [ "$i" -gt 0 ]; then sleep ` + pasteGap + `; fi
 	if [ -n "$line" ]; then
-		printf %s "$line" | xclip -selection clipboard -i >/dev/null 2>&1 || exit 1
-		printf %s "$line" | xclip -selection primary -i >/dev/null 2>&1 || exit 1
-		xdotool key --clearmodifiers shift+Insert || exit 1
+		printf %s "$line" >"$d/line"
+		serve clipboard; c=$!
+		serve primary; p=$!
+		k=0
+		until served clipboard 1 && served primary 1; do
+			k=$((k + 1)); [ "$k" -gt 500 ] && { kill $c $p; echo "xclip did not take the selections" >&2; exit 1; }
+			sleep 0.01
+		done
+		xdotool key --clearmodifiers shift+Insert || { kill $c $p; exit 1; }
+		k=0
+		until served clipboard 2 || served primary 2; do
+			k=$((k + 1)); [ "$k" -gt ` + pasteWait + ` ] && break
+			sleep 0.01
+		done
+		sleep ` + pasteGrace + `
+		kill $c $p 2>/dev/null
+		wait $c $p 2>/dev/null
 	fi
 	i=$((i + 1))
 	if [ "$i" -le "$n" ]; then xdotool key --clearmodifiers Return || exit 1; fi
-done <"$f"
-rm -f "$f"
-if [ -f "$old" ]; then
-	(sleep 1; xclip -selection clipboard -i "$old" >/dev/null 2>&1; rm -f "$old") >/dev/null 2>&1 &
-fi
+done <"$d/in"
+if [ -f "$d/old" ]; then xclip -selection clipboard -i "$d/old" >/dev/null 2>&1; fi
+rm -rf "$d"
 exit 0`
 
-// pasteGap is the pause between pasted lines (see pasteScript).
-const pasteGap = "0.3"
+// Paste pacing (pasteScript): pasteWait is in 10 ms polls (5 s).
+const (
+	pasteWait  = "500"
+	pasteGrace = "0.2"
+)
 
 // TypeText types text by pasting it in the guest's session (pasteScript).
 // The text travels on stdin, byte for byte, without quoting.
