@@ -3,6 +3,7 @@ package guestx
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,25 +13,37 @@ import (
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
 
-// The wrapper is run here by the host's sh with runuser and pgrep replaced
-// by stand-ins, so the test sees the environment and argv the program would
-// get, not just the strings Request builds.
+// The wrapper is run here by the host's sh with setpriv replaced by a
+// stand-in and the D-Bus session file by a copy of one from a desktop VM
+// (~/.dbus/session-bus/MACHINEID-0 as dbus-launch wrote it, 2026-11-30), so
+// the test sees the environment and argv the program would get, not just
+// the strings Request builds.
 func TestRequestRunsAsTheUserWithTheSessionEnv(t *testing.T) {
 	req, err := Request(Cmd{Argv: []string{"printenv"}, Env: []string{"LANG=de_DE.UTF-8", "EXTRA=1"}, Dir: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := strings.ReplaceAll(req.Argv[2], "pgrep -u user -x -o openbox", "echo $$")
-	script = strings.ReplaceAll(script, "exec runuser -u user -- env", "printf '%s\\n' runuser")
+	home := t.TempDir()
+	if err := os.MkdirAll(home+"/.dbus/session-bus", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	session := "# This file allows processes on the machine with id 16012cd2b71b4f70919aa02ab60d886c using \n" +
+		"DBUS_SESSION_BUS_ADDRESS='unix:path=/tmp/dbus-BOggE8BaLE,guid=1e360f9fe075d30ea8278f226b0d32a7'\n" +
+		"DBUS_SESSION_BUS_PID=229\nDBUS_SESSION_BUS_WINDOWID=4194305\n"
+	if err := os.WriteFile(home+"/.dbus/session-bus/16012cd2b71b4f70919aa02ab60d886c-0", []byte(session), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(req.Argv[2], "/home/user/.dbus", home+"/.dbus")
+	script = strings.ReplaceAll(script, "exec setpriv --reuid=user --regid=user --init-groups env -i", "printf '%s\\n' setpriv")
 	out, err := exec.Command("sh", append([]string{"-c", script}, req.Argv[3:]...)...).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if lines[0] != "runuser" || lines[len(lines)-1] != "printenv" {
+	if lines[0] != "setpriv" || lines[len(lines)-1] != "printenv" {
 		t.Fatalf("argv after the wrapper: %q", lines)
 	}
-	for _, want := range []string{"DISPLAY=:0", "XAUTHORITY=/home/user/.Xauthority", "XDG_RUNTIME_DIR=/run/user/1000", "EXTRA=1"} {
+	for _, want := range []string{"DBUS_SESSION_BUS_ADDRESS=unix:path=/tmp/dbus-BOggE8BaLE,guid=1e360f9fe075d30ea8278f226b0d32a7", "DISPLAY=:0", "XAUTHORITY=/home/user/.Xauthority", "XDG_RUNTIME_DIR=/run/user/1000", "EXTRA=1"} {
 		if !slices.Contains(lines, want) {
 			t.Errorf("%s missing from %q", want, lines)
 		}

@@ -141,7 +141,7 @@ func TestActionsGuestInput(t *testing.T) {
 	}
 	res = postActions(t, srv.URL, `{"tool":"pyautogui","input":"for i in range(2): pyautogui.press('a')"}`, 200)
 	if res.Guest == nil || !strings.Contains(res.Guest.Stdout, "python3\x00-c\x00import pyautogui;") ||
-		!strings.Contains(res.Guest.Stdout, "runuser") {
+		!strings.Contains(res.Guest.Stdout, "setpriv") {
 		t.Errorf("pyautogui in the guest: %+v", res.Guest)
 	}
 }
