@@ -249,7 +249,9 @@ func (p *Pool) dial(ctx context.Context, e *entry, vm vmm.VM) {
 			e.desk.guest = &guestInput{ex: ex, vm: vm.ID, log: p.log}
 		}
 		if t, ok := p.farm.(CPUTimer); ok {
-			e.desk.activity = guestActivity{t: t, vm: vm.ID}
+			a := guestActivity{t: t, vm: vm.ID}
+			a.disk, _ = p.farm.(DiskCounter)
+			e.desk.activity = a
 		}
 		p.log.Debug("desk opened", "vm", vm.ID, "op", "desk.open", "duration", time.Since(start).Round(time.Millisecond))
 		return

@@ -271,6 +271,18 @@ func (f *fakeHV) domainCPUTime(ctx context.Context, dom libvirt.Domain) (time.Du
 	return 0, nil
 }
 
+func (f *fakeHV) domainDiskRequests(ctx context.Context, dom libvirt.Domain) (int64, error) {
+	if err := f.op(ctx, "diskrequests"); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get(dom.Name); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
 func (f *fakeHV) domainState(ctx context.Context, dom libvirt.Domain) (libvirt.DomainState, error) {
 	if err := f.op(ctx, "state"); err != nil {
 		return 0, err

@@ -31,6 +31,9 @@ type hypervisor interface {
 	// domainCPUTime is the domain's cumulative vCPU time, summed over its
 	// vCPUs (virDomainGetInfo's cpuTime).
 	domainCPUTime(ctx context.Context, d libvirt.Domain) (time.Duration, error)
+	// domainDiskRequests is the number of read and write requests the
+	// domain's disk has served (virDomainBlockStats of vda).
+	domainDiskRequests(ctx context.Context, d libvirt.Domain) (int64, error)
 	domainMetadata(ctx context.Context, d libvirt.Domain, ns string) (string, error)
 	setDomainMetadata(ctx context.Context, d libvirt.Domain, key, ns, xml string) error
 	// monitorHMP runs a human monitor command; never retried (loadvm,
@@ -386,6 +389,13 @@ func (c *libvirtConn) domainCPUTime(ctx context.Context, d libvirt.Domain) (time
 	return call(ctx, c, true, func(l *libvirt.Libvirt) (time.Duration, error) {
 		_, _, _, _, ns, err := l.DomainGetInfo(d)
 		return time.Duration(ns), err
+	})
+}
+
+func (c *libvirtConn) domainDiskRequests(ctx context.Context, d libvirt.Domain) (int64, error) {
+	return call(ctx, c, true, func(l *libvirt.Libvirt) (int64, error) {
+		rd, _, wr, _, _, err := l.DomainBlockStats(d, "vda")
+		return rd + wr, err
 	})
 }
 

@@ -89,6 +89,18 @@ func run(n int, state string, maxMS int, doTyping, doLaunches bool) error {
 		return nil
 	}
 
+	// The idle guest's activity, which GuestIdle and the disk weight must
+	// stay clear of.
+	c0, _ := m.CPUTime(ctx, vm.ID)
+	r0, _ := m.DiskRequests(ctx, vm.ID)
+	t0 := time.Now()
+	time.Sleep(10 * time.Second)
+	c1, _ := m.CPUTime(ctx, vm.ID)
+	r1, _ := m.DiskRequests(ctx, vm.ID)
+	el := time.Since(t0)
+	fmt.Printf("\nidle desktop over %s: %.3f vCPU s/s, %.2f disk requests/s\n", el.Round(time.Millisecond),
+		float64(c1-c0)/float64(el), float64(r1-r0)/el.Seconds())
+
 	native := actions.ScreenshotSize{}
 	apps := []launch{
 		{"terminal (ctrl+alt+t)", `{"action":"key","text":"ctrl+alt+t"}`, "lxterminal"},

@@ -279,6 +279,17 @@ func (f *Farm) CPUTime(_ context.Context, id string) (time.Duration, error) {
 	return f.CPUTimeFn(id), nil
 }
 
+// DiskRequests answers as vmm.Manager.DiskRequests does: always 0 (an idle
+// disk).
+func (f *Farm) DiskRequests(_ context.Context, id string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.ready(id, "disk requests"); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
 // ReadFile returns what WriteFile stored.
 func (f *Farm) ReadFile(_ context.Context, id, path string) ([]byte, error) {
 	f.mu.Lock()
