@@ -192,15 +192,18 @@ func TestE2EAgentProtocolsDesktop(t *testing.T) {
 		// The whole screen, so the scroll point is in the text.
 		sh("xdotool getactivewindow windowmove --sync 0 0 windowsize --sync 1280 770")
 		old := still()
-		a.act(`{"tool":"computer_20251124","input":{"action":"scroll","coordinate":[640,400],"scroll_direction":"right","scroll_amount":10}}`, 200)
+		a.act(`{"tool":"computer_20251124","input":{"action":"scroll","coordinate":[640,400],"scroll_direction":"right","scroll_amount":2}}`, 200)
 		cur := still()
+		if sameExceptClock(old, cur) {
+			t.Fatal("scrolling right changed nothing on the screen")
+		}
 		text := image.Rect(400, 200, 700, 500)
 		dx, best, unmoved := sideways(old, cur, text)
 		t.Logf("scroll right: text moved %d px left (mismatch %.4f, unmoved %.4f)", dx, best, unmoved)
 		if dx <= 0 || best > unmoved/4 {
 			t.Fatalf("after scrolling right the text did not move left: best shift %d px (mismatch %.4f, unmoved %.4f)", dx, best, unmoved)
 		}
-		a.act(`{"tool":"computer_20251124","input":{"action":"scroll","coordinate":[640,400],"scroll_direction":"left","scroll_amount":10}}`, 200)
+		a.act(`{"tool":"computer_20251124","input":{"action":"scroll","coordinate":[640,400],"scroll_direction":"left","scroll_amount":2}}`, 200)
 		back := still()
 		if dx2, best2, unmoved2 := sideways(cur, back, text); dx2 >= 0 || best2 > unmoved2/4 {
 			t.Errorf("scrolling left moved the text by %d px (mismatch %.4f, unmoved %.4f), want to the right (negative)", dx2, best2, unmoved2)
@@ -246,7 +249,9 @@ func sideways(old, cur *image.RGBA, r image.Rectangle) (dx int, best, still floa
 	}
 	still = diff(0)
 	best = still
-	for d := -450; d <= 450; d++ {
+	// GTK scrolls pow(page, 2/3) per wheel click, ~120 px on a full-width
+	// view: two clicks stay well inside the range.
+	for d := -600; d <= 600; d++ {
 		if r.Min.X+d < 0 || r.Max.X+d > old.Rect.Dx() {
 			continue
 		}
