@@ -184,9 +184,10 @@ type DiskCounter interface {
 // settle's activity sample. A program starting after a reset reads its
 // binaries and libraries from a cold page cache, and while it waits for
 // them its vCPUs are idle: in bench/settle (docs/benchmarks.md) vCPU time
-// alone let 2 of 3 terminal launches settle at ~0.5 s, before the window.
-// At 40 ms, 1 request in a 150 ms quiet window reads as 0.27, over
-// GuestIdle; an idle desktop's disk is still.
+// alone let 2 of 3 terminal launches settle in ~0.5 s where the third
+// waited 4.8 s. At 40 ms, 1 request in a 150 ms quiet window reads as 0.27,
+// over GuestIdle; the idle desktop measured 0.5 requests/s, so an idle
+// window rarely counts as busy, and then costs one more round.
 const diskRequestWeight = 40 * time.Millisecond
 
 // guestActivity is a desk's actions.GuestActivity: the VM's vCPU time,
