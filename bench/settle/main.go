@@ -54,7 +54,7 @@ type launch struct {
 type mode string
 
 const (
-	guestSettle  mode = "guest-aware settle (screen quiet + vCPUs idle)"
+	guestSettle  mode = "guest-aware settle (screen quiet + guest idle: vCPU time, disk requests)"
 	screenSettle mode = "screen-only settle"
 	fixedSleep   mode = "fixed 2 s sleep (reference demo)"
 )
