@@ -84,6 +84,8 @@ const (
 	CodeHumanControl      = "human_control"      // a person holds control of the VM
 	CodeDisplayClosed     = "display_closed"     // the VM's display closed under the call (VM died or destroyed)
 	CodeTooManyViewers    = "too_many_viewers"   // a viewer connection over the per-VM or farm-wide cap
+	CodeGuestInput        = "guest_input_error"  // input through the guest's session (Unicode text, horizontal scroll, back/forward, clipboard) failed
+	CodeNotHostPlayable   = "not_host_playable"  // pyautogui code that must run in the guest, where it could not
 
 	// Who may call: the guards against other web pages and viewers (issue 9).
 	CodeMisdirectedRequest   = "misdirected_request"    // the Host header names no name this farm answers to
@@ -135,6 +137,8 @@ var statuses = map[string]int{
 	CodeHumanControl:      http.StatusConflict,
 	CodeDisplayClosed:     http.StatusGone,
 	CodeTooManyViewers:    http.StatusTooManyRequests,
+	CodeGuestInput:        http.StatusBadGateway,
+	CodeNotHostPlayable:   http.StatusBadRequest,
 
 	CodeMisdirectedRequest:   http.StatusMisdirectedRequest,
 	CodeCrossSite:            http.StatusForbidden,

@@ -39,6 +39,11 @@ type Desk struct {
 
 	ctl control
 	act activityLog
+
+	// guest and activity reach inside the guest (nil without a farm that
+	// can: GuestExec, CPUTimer).
+	guest    actions.GuestInput
+	activity actions.GuestActivity
 }
 
 type execEntry struct {
@@ -133,7 +138,8 @@ func (d *Desk) executor(size actions.ScreenshotSize) (*actions.Executor, error) 
 		d.lru.MoveToFront(el)
 		return el.Value.(*execEntry).e, nil
 	}
-	e, err := actions.NewExecutor(d.disp, actions.ExecutorConfig{Size: size, Logger: d.log.With("vm", d.VM)})
+	e, err := actions.NewExecutor(d.disp, actions.ExecutorConfig{Size: size, Logger: d.log.With("vm", d.VM),
+		Guest: d.guest, Activity: d.activity, GuestIdle: GuestIdle})
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +225,59 @@ func (d *Desk) closedUnder(ctx context.Context, err error) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// CallResult is what RunCall answered.
+type CallResult struct {
+	actions.Reply
+	// Screenshot is the agent's coordinate space (the screenshot size).
+	Screenshot image.Point
+}
+
+// RunCall plays an agent's decoded call at a screenshot size and answers in
+// the agent's vocabulary (actions.Call.Run). Every run of actions it makes
+// (one per block of a toolset turn) is refused with a *HumanControlError
+// while a person holds control, and recorded in the activity log, as Run.
+func (d *Desk) RunCall(ctx context.Context, size actions.ScreenshotSize, c *actions.Call, opts actions.RunOptions, ro actions.ReplyOptions) (CallResult, error) {
+	if err := d.Err(); err != nil {
+		return CallResult{}, err
+	}
+	if since, ok := d.Human(); ok {
+		return CallResult{}, &HumanControlError{VM: d.VM, Since: since}
+	}
+	e, err := d.executor(size)
+	if err != nil {
+		return CallResult{}, err
+	}
+	rep, err := c.Run(ctx, deskRunner{d: d, e: e}, opts, ro)
+	out := CallResult{Reply: rep}
+	out.Screenshot.X, out.Screenshot.Y = e.Scaler().ScreenshotSize()
+	if err != nil {
+		if cerr := d.closedUnder(ctx, err); cerr != nil {
+			return out, fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
+		}
+		return out, fmt.Errorf("actions on vm %s: %w", d.VM, err)
+	}
+	return out, nil
+}
+
+// deskRunner is the actions.Runner RunCall hands a Call: an executor behind
+// the desk's control check and activity log.
+type deskRunner struct {
+	d *Desk
+	e *actions.Executor
+}
+
+func (r deskRunner) Run(ctx context.Context, acts []actions.Action, opts actions.RunOptions) (actions.Result, error) {
+	if err := r.d.Err(); err != nil {
+		return actions.Result{}, err
+	}
+	if since, ok := r.d.Human(); ok {
+		return actions.Result{}, &HumanControlError{VM: r.d.VM, Since: since}
+	}
+	res, err := r.e.Run(ctx, acts, opts)
+	r.d.act.add(agentEvents(acts, res, r.e.Scaler())...)
+	return res, err
 }
 
 // ScreenshotOptions asks for one screenshot.

@@ -245,6 +245,14 @@ func (p *Pool) dial(ctx context.Context, e *entry, vm vmm.VM) {
 		e.err = fmt.Errorf("display of vm %s: %w", vm.ID, err)
 	default:
 		e.desk = newDesk(vm.ID, disp, p.opts.MaxExecutors, p.log)
+		if ex, ok := p.farm.(GuestExec); ok {
+			e.desk.guest = &guestInput{ex: ex, vm: vm.ID, log: p.log}
+		}
+		if t, ok := p.farm.(CPUTimer); ok {
+			a := guestActivity{t: t, vm: vm.ID}
+			a.disk, _ = p.farm.(DiskCounter)
+			e.desk.activity = a
+		}
 		p.log.Debug("desk opened", "vm", vm.ID, "op", "desk.open", "duration", time.Since(start).Round(time.Millisecond))
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -256,6 +257,30 @@ func (f *fakeHV) undefineDomain(ctx context.Context, dom libvirt.Domain) error {
 	delete(f.doms, dom.Name)
 	f.emitLocked(domainEvent{Name: dom.Name, Type: libvirt.DomainEventUndefined})
 	return nil
+}
+
+func (f *fakeHV) domainCPUTime(ctx context.Context, dom libvirt.Domain) (time.Duration, error) {
+	if err := f.op(ctx, "cputime"); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get(dom.Name); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
+func (f *fakeHV) domainDiskRequests(ctx context.Context, dom libvirt.Domain) (int64, error) {
+	if err := f.op(ctx, "diskrequests"); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.get(dom.Name); err != nil {
+		return 0, err
+	}
+	return 0, nil
 }
 
 func (f *fakeHV) domainState(ctx context.Context, dom libvirt.Domain) (libvirt.DomainState, error) {

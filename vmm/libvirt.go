@@ -28,6 +28,12 @@ type hypervisor interface {
 	destroyDomain(ctx context.Context, d libvirt.Domain) error
 	undefineDomain(ctx context.Context, d libvirt.Domain) error
 	domainState(ctx context.Context, d libvirt.Domain) (libvirt.DomainState, error)
+	// domainCPUTime is the domain's cumulative vCPU time, summed over its
+	// vCPUs (virDomainGetInfo's cpuTime).
+	domainCPUTime(ctx context.Context, d libvirt.Domain) (time.Duration, error)
+	// domainDiskRequests is the number of read and write requests the
+	// domain's disk has served (virDomainBlockStats of vda).
+	domainDiskRequests(ctx context.Context, d libvirt.Domain) (int64, error)
 	domainMetadata(ctx context.Context, d libvirt.Domain, ns string) (string, error)
 	setDomainMetadata(ctx context.Context, d libvirt.Domain, key, ns, xml string) error
 	// monitorHMP runs a human monitor command; never retried (loadvm,
@@ -376,6 +382,20 @@ func (c *libvirtConn) domainState(ctx context.Context, d libvirt.Domain) (libvir
 	return call(ctx, c, true, func(l *libvirt.Libvirt) (libvirt.DomainState, error) {
 		s, _, err := l.DomainGetState(d, 0)
 		return libvirt.DomainState(s), err
+	})
+}
+
+func (c *libvirtConn) domainCPUTime(ctx context.Context, d libvirt.Domain) (time.Duration, error) {
+	return call(ctx, c, true, func(l *libvirt.Libvirt) (time.Duration, error) {
+		_, _, _, _, ns, err := l.DomainGetInfo(d)
+		return time.Duration(ns), err
+	})
+}
+
+func (c *libvirtConn) domainDiskRequests(ctx context.Context, d libvirt.Domain) (int64, error) {
+	return call(ctx, c, true, func(l *libvirt.Libvirt) (int64, error) {
+		rd, _, wr, _, _, err := l.DomainBlockStats(d, "vda")
+		return rd + wr, err
 	})
 }
 

@@ -942,6 +942,40 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, m
 	return nil
 }
 
+// CPUTime is a VM's cumulative vCPU time, summed over its vCPUs, from
+// libvirt (virDomainGetInfo). Sampled twice, it gives the guest's CPU
+// utilisation: how busy it is regardless of what its screen shows (desk's
+// settle uses it to wait for a launched program's start-up work).
+func (m *Manager) CPUTime(ctx context.Context, id string) (time.Duration, error) {
+	mc, err := m.ready(id, "cpu time")
+	if err != nil {
+		return 0, err
+	}
+	defer mc.mu.RUnlock()
+	t, err := m.hv.domainCPUTime(ctx, mc.dom)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	return t, nil
+}
+
+// DiskRequests is the number of read and write requests a VM's disk has
+// served (libvirt's virDomainBlockStats). A guest that waits on its disk
+// (a program loading from a cold page cache after a reset) has idle vCPUs
+// but is not idle: desk's settle counts these beside CPUTime.
+func (m *Manager) DiskRequests(ctx context.Context, id string) (int64, error) {
+	mc, err := m.ready(id, "disk requests")
+	if err != nil {
+		return 0, err
+	}
+	defer mc.mu.RUnlock()
+	n, err := m.hv.domainDiskRequests(ctx, mc.dom)
+	if err != nil {
+		return 0, fmt.Errorf("disk requests of vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	return n, nil
+}
+
 // Screenshot grabs the VM's display with QEMU's screendump (what libvirt's
 // virDomainScreenshot does too; go-libvirt's stream for it fails to decode).
 // It is the baseline the live VNC framebuffer is measured against.

@@ -2,13 +2,18 @@ package web
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/guestx"
 )
 
 const maxActionsBody = 4 << 20
@@ -17,6 +22,9 @@ func (s *server) noDisplay() error {
 	return &httpError{status: http.StatusNotImplemented, code: api.CodeNoDisplay, msg: "this server has no display backend"}
 }
 
+// act serves POST /v1/vms/{id}/actions and an episode's actions: an
+// agent's call in its own vocabulary (actions.Decode), played through the
+// VM's desk and answered in the agent's shape.
 func (s *server) act(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
@@ -25,36 +33,110 @@ func (s *server) act(w http.ResponseWriter, r *http.Request, t target) error {
 	if err := decodeJSON(w, r, &body, maxActionsBody); err != nil {
 		return err
 	}
-	acts, err := decodeActions(body)
+	start := time.Now()
+	res, err := s.runCall(t, body)
 	if err != nil {
+		if body.ErrorsAsResults {
+			if out, ok := errorResult(body, err, time.Since(start)); ok {
+				s.log.Info("action failed; answered as a tool result", "vm", t.vm, "episode", t.episode, "op", "actions", "tool", body.Tool, "err", err)
+				writeJSON(w, http.StatusOK, out)
+				return nil
+			}
+		}
 		return err
 	}
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// runCall decodes, plays and answers one actions request.
+func (s *server) runCall(t target, body api.ActionsRequest) (api.ActionsResponse, error) {
 	opts := runOptions(body.RunOptions)
 	if err := opts.Validate(); err != nil {
-		return err
+		return api.ActionsResponse{}, err
 	}
 	if body.ScreenshotSize == "" {
 		body.ScreenshotSize = t.screenshotSize
 	}
 	size, err := parseSize(body.ScreenshotSize)
 	if err != nil {
-		return err
+		return api.ActionsResponse{}, err
+	}
+	call, err := decodeCall(body)
+	if errors.Is(err, actions.ErrNotHostPlayable) && body.Tool == actions.ToolPyautogui {
+		return s.runInGuest(t, body, size, opts)
+	}
+	if err != nil {
+		return api.ActionsResponse{}, err
 	}
 	d, err := s.desks.Get(t.ctx, t.vm)
 	if err != nil {
-		return err
+		return api.ActionsResponse{}, err
 	}
-	start := time.Now()
-	res, err := d.Run(t.ctx, size, acts, opts)
+	res, err := d.RunCall(t.ctx, size, call, opts, replyOptions(body.ReplyOptions))
 	if err != nil {
-		return err
+		return api.ActionsResponse{}, err
 	}
-	writeJSON(w, http.StatusOK, actionsResponse(res.Result, res.Screenshot.X, res.Screenshot.Y, time.Since(start)))
-	return nil
+	return callResponse(res.Reply, res.Screenshot.X, res.Screenshot.Y)
 }
 
-// decodeActions turns the request into neutral actions.
-func decodeActions(b api.ActionsRequest) ([]actions.Action, error) {
+// pyautoguiPrefix is what OSWorld's harness puts before pyautogui code it
+// runs in the guest (desktop_env/controllers/python.py, run_python_script):
+// the imports, and no fail-safe corner, which would abort an agent's drag
+// to (0, 0).
+const pyautoguiPrefix = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+
+// guestCodeTimeout bounds pyautogui code run in the guest.
+const guestCodeTimeout = 90 * time.Second
+
+// runInGuest runs pyautogui code that is not host-playable in the guest's
+// desktop session, as OSWorld does (python3 -c), then settles and answers
+// with its output and a screenshot as an action request would.
+func (s *server) runInGuest(t target, body api.ActionsRequest, size actions.ScreenshotSize, opts actions.RunOptions) (api.ActionsResponse, error) {
+	code, err := pyautoguiCode(body.Input)
+	if err != nil {
+		return api.ActionsResponse{}, err
+	}
+	d, err := s.desks.Get(t.ctx, t.vm)
+	if err != nil {
+		return api.ActionsResponse{}, err
+	}
+	if since, ok := d.Human(); ok {
+		return api.ActionsResponse{}, &desk.HumanControlError{VM: t.vm, Since: since}
+	}
+	gr, err := guestx.Run(t.ctx, s.farm, t.vm, guestx.Cmd{Argv: []string{"python3", "-c", pyautoguiPrefix + code}, Timeout: guestCodeTimeout})
+	if err != nil {
+		return api.ActionsResponse{}, fmt.Errorf("pyautogui code in the guest: %w", err)
+	}
+	// No actions: the settle and the screenshot the policy takes.
+	res, err := d.Run(t.ctx, size, nil, opts)
+	if err != nil {
+		return api.ActionsResponse{}, err
+	}
+	out := actionsResponse(res.Result, res.Screenshot.X, res.Screenshot.Y, 0)
+	out.Guest = &api.GuestRun{ExitCode: gr.ExitCode, Stdout: string(gr.Stdout), Stderr: string(gr.Stderr)}
+	return out, nil
+}
+
+// pyautoguiCode reads the code of a pyautogui request: a JSON string, or
+// {"command": code}, as actions.Decode does.
+func pyautoguiCode(input json.RawMessage) (string, error) {
+	var code string
+	if err := json.Unmarshal(input, &code); err == nil {
+		return code, nil
+	}
+	var obj struct {
+		Command *string `json:"command"`
+	}
+	if err := json.Unmarshal(input, &obj); err != nil || obj.Command == nil {
+		return "", invalidf("input", `must be a JSON string of Python code, or {"command": code}`)
+	}
+	return *obj.Command, nil
+}
+
+// decodeCall turns the request into an agent call.
+func decodeCall(b api.ActionsRequest) (*actions.Call, error) {
 	set := 0
 	for _, present := range []bool{b.Tool != "" || len(b.Input) > 0, len(b.Action) > 0, len(b.Actions) > 0} {
 		if present {
@@ -62,24 +144,64 @@ func decodeActions(b api.ActionsRequest) ([]actions.Action, error) {
 		}
 	}
 	if set != 1 {
-		return nil, invalidf("tool", "give exactly one of tool+input (a Claude computer-use call), action or actions")
+		return nil, invalidf("tool", "give exactly one of tool+input (an agent's call), action or actions")
 	}
 	switch {
 	case b.Tool != "":
 		if len(b.Input) == 0 {
 			return nil, invalidf("input", "required with tool %q", b.Tool)
 		}
-		return actions.TranslateClaude(actions.ClaudeVersion(b.Tool), b.Input)
+		return actions.Decode(b.Tool, b.Input)
 	case len(b.Input) > 0:
-		return nil, invalidf("tool", "required with input: one of computer_20241022, computer_20250124, computer_20251124")
+		return nil, invalidf("tool", "required with input: one of %s", strings.Join(actions.Tools(), ", "))
 	case len(b.Action) > 0:
-		return actions.DecodeActions(append(append([]byte("["), b.Action...), ']'))
+		return actions.Decode(actions.ToolNeutral, append(append([]byte("["), b.Action...), ']'))
 	default:
 		if bytes.HasPrefix(bytes.TrimSpace(b.Actions), []byte("{")) {
 			return nil, invalidf("actions", "must be a list; use action for a single one")
 		}
-		return actions.DecodeActions(b.Actions)
+		return actions.Decode(actions.ToolNeutral, b.Actions)
 	}
+}
+
+// errorResult answers a failed request of a Claude agent that asked for
+// errors as results: a tool_result with is_error and the error's text, or
+// for a toolset turn that could not run at all, every block answered so.
+// ok is false for other vocabularies, whose failures stay HTTP errors.
+func errorResult(b api.ActionsRequest, err error, took time.Duration) (api.ActionsResponse, bool) {
+	out := api.ActionsResponse{DurationMS: float64(took.Microseconds()) / 1000}
+	switch {
+	case isClaudeTool(b.Tool):
+		tr, cerr := apiToolResult(actions.ClaudeToolResult(b.ToolUseID, actions.Result{}, err))
+		if cerr != nil {
+			return out, false
+		}
+		out.Content, out.ToolUseID, out.IsError = tr.Content, b.ToolUseID, true
+		return out, true
+	case b.Tool == string(actions.ComputerToolset20260801):
+		blocks, derr := actions.DecodeToolset(b.Input)
+		if derr != nil || len(blocks) == 0 {
+			return out, false
+		}
+		for _, bl := range blocks {
+			tr, cerr := apiToolResult(actions.ClaudeToolResult(bl.ID, actions.Result{}, err))
+			if cerr != nil {
+				return out, false
+			}
+			out.ToolResults = append(out.ToolResults, tr)
+		}
+		out.Content, out.IsError = out.ToolResults[0].Content, true
+		return out, true
+	}
+	return out, false
+}
+
+func isClaudeTool(tool string) bool {
+	switch actions.ClaudeVersion(tool) {
+	case actions.Computer20241022, actions.Computer20250124, actions.Computer20251124:
+		return true
+	}
+	return false
 }
 
 func parseSize(s string) (actions.ScreenshotSize, error) {

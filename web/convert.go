@@ -1,7 +1,11 @@
 package web
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
@@ -78,14 +82,14 @@ func apiPoolVMs(ms []pool.MemberStatus) []api.PoolVM {
 
 func runOptions(o api.RunOptions) actions.RunOptions {
 	return actions.RunOptions{SettleQuietMS: o.SettleQuietMS, SettleMaxMS: o.SettleMaxMS, NoSettle: o.NoSettle,
-		Screenshot: actions.ScreenshotPolicy(o.Screenshot), Format: actions.ImageFormat(o.Format),
+		NoGuestSettle: o.NoGuestSettle, Screenshot: actions.ScreenshotPolicy(o.Screenshot), Format: actions.ImageFormat(o.Format),
 		JPEGQuality: o.JPEGQuality}
 }
 
 func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.ActionsResponse {
 	out := api.ActionsResponse{Text: res.Text, Executed: res.Executed, SettleMS: res.SettleMS,
-		SettleTimedOut: res.SettleTimedOut, ScreenshotWidth: sw, ScreenshotHeight: sh,
-		DurationMS: float64(took.Microseconds()) / 1000}
+		SettleTimedOut: res.SettleTimedOut, SettleGuestBusy: res.SettleGuestBusy, Clipboard: res.Clipboard,
+		ScreenshotWidth: sw, ScreenshotHeight: sh, DurationMS: float64(took.Microseconds()) / 1000}
 	if res.Image != nil {
 		img := api.Image(*res.Image)
 		out.Image = &img
@@ -99,4 +103,67 @@ func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.Act
 		out.Content = append(out.Content, cb)
 	}
 	return out
+}
+
+func replyOptions(o api.ReplyOptions) actions.ReplyOptions {
+	return actions.ReplyOptions{ToolUseID: o.ToolUseID, ErrorsAsResults: o.ErrorsAsResults,
+		AcknowledgeSafetyChecks: o.AcknowledgeSafetyChecks}
+}
+
+// callResponse is the answer to an agent's call: the neutral fields of what
+// ran (as for neutral actions), and the reply in the agent's shape. The
+// SDK param types are converted through their JSON, which is the shape
+// both sides agree on.
+func callResponse(rep actions.Reply, sw, sh int) (api.ActionsResponse, error) {
+	out := actionsResponse(rep.Result, sw, sh, 0)
+	out.Terminal = rep.Terminal
+	if rep.Claude != nil {
+		tr, err := apiToolResult(*rep.Claude)
+		if err != nil {
+			return out, err
+		}
+		out.ToolUseID, out.IsError = tr.ToolUseID, tr.IsError
+		if tr.IsError {
+			out.Content = tr.Content
+		}
+	}
+	for _, b := range rep.Toolset {
+		tr, err := apiToolResult(b)
+		if err != nil {
+			return out, err
+		}
+		out.ToolResults = append(out.ToolResults, tr)
+	}
+	if rep.OpenAI != nil {
+		var o api.ComputerCallOutput
+		if err := convertJSON(rep.OpenAI, &o); err != nil {
+			return out, fmt.Errorf("computer_call_output: %w", err)
+		}
+		out.ComputerCallOutput = &o
+	}
+	return out, nil
+}
+
+// apiToolResult converts a Claude tool_result block.
+func apiToolResult(b anthropic.ToolResultBlockParam) (api.ToolResult, error) {
+	var tr api.ToolResult
+	if err := convertJSON(b, &tr); err != nil {
+		return tr, fmt.Errorf("tool_result: %w", err)
+	}
+	if tr.Type == "" {
+		tr.Type = "tool_result"
+	}
+	if tr.Content == nil {
+		tr.Content = []api.ContentBlock{}
+	}
+	return tr, nil
+}
+
+// convertJSON converts from to to through JSON.
+func convertJSON(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, to)
 }

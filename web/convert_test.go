@@ -86,7 +86,7 @@ func TestWirePools(t *testing.T) {
 
 func TestWireActionsResponse(t *testing.T) {
 	res := actions.Result{Text: "X=1,Y=2", Image: &actions.Image{MediaType: "image/png", Data: "iVBO", Width: 1024, Height: 640},
-		Executed: 3, Settle: 250 * time.Millisecond, SettleMS: 250, SettleTimedOut: true}
+		Executed: 3, Settle: 250 * time.Millisecond, SettleMS: 250, SettleTimedOut: true, SettleGuestBusy: 2, Clipboard: new("Grüße")}
 	type oldResponse struct {
 		Content []actions.ContentBlock `json:"content"`
 		actions.Result
@@ -103,7 +103,7 @@ func TestWireActionsResponse(t *testing.T) {
 }
 
 func TestWireRunOptions(t *testing.T) {
-	in := `{"settle_quiet_ms":100,"settle_max_ms":2000,"no_settle":true,"screenshot":"never","format":"jpeg","jpeg_quality":80}`
+	in := `{"settle_quiet_ms":100,"settle_max_ms":2000,"no_settle":true,"no_guest_settle":true,"screenshot":"never","format":"jpeg","jpeg_quality":80}`
 	var old actions.RunOptions
 	var conv api.RunOptions
 	if err := json.Unmarshal([]byte(in), &old); err != nil {

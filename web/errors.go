@@ -61,6 +61,8 @@ var sentinels = []sentinel{
 	{desk.ErrNotInControl, api.CodeForbidden},
 	{desk.ErrClosed, api.CodeDisplayClosed},
 
+	{actions.ErrNotHostPlayable, api.CodeNotHostPlayable},
+	{actions.ErrGuest, api.CodeGuestInput},
 	{actions.ErrTooLarge, api.CodeTooLarge},
 	{actions.ErrUnsupportedAction, api.CodeUnsupportedAction},
 	{actions.ErrUnknownKey, api.CodeUnknownKey},

@@ -52,6 +52,9 @@ type Farm struct {
 	// as vmm.Manager refuses it. 0 means no limit.
 	MemoryLimitMiB int
 
+	// CPUTimeFn answers CPUTime; nil reports zero (an idle guest).
+	CPUTimeFn func(id string) time.Duration
+
 	// LastExec is the last request Exec received.
 	LastExec vmm.ExecRequest
 	// Resets counts successful resets.
@@ -261,6 +264,30 @@ func (f *Farm) Exec(_ context.Context, id string, req vmm.ExecRequest) (vmm.Exec
 		return f.ExecFn(req)
 	}
 	return vmm.ExecResult{Stdout: req.Stdin}, nil
+}
+
+// CPUTime answers as vmm.Manager.CPUTime does, from CPUTimeFn.
+func (f *Farm) CPUTime(_ context.Context, id string) (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.ready(id, "cpu time"); err != nil {
+		return 0, err
+	}
+	if f.CPUTimeFn == nil {
+		return 0, nil
+	}
+	return f.CPUTimeFn(id), nil
+}
+
+// DiskRequests answers as vmm.Manager.DiskRequests does: always 0 (an idle
+// disk).
+func (f *Farm) DiskRequests(_ context.Context, id string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.ready(id, "disk requests"); err != nil {
+		return 0, err
+	}
+	return 0, nil
 }
 
 // ReadFile returns what WriteFile stored.

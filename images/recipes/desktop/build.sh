@@ -42,6 +42,8 @@ packages=(
 	# X
 	xserver-xorg-core xserver-xorg-input-libinput xinit xauth x11-xserver-utils xcvt
 	xdotool dbus-x11 fonts-dejavu-core librsvg2-common
+	# the CLIPBOARD selection for clipboard actions (package guestx runs it as the user)
+	xclip
 	# the session
 	openbox lxpanel pcmanfm lxterminal mousepad
 )

@@ -1,0 +1,213 @@
+package desk
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// GuestExec is the optional part of a Farm that reaches inside the guest:
+// vmm.Farm's Exec. With it, a desk's executors get an actions.GuestInput
+// (non-ASCII text, horizontal scroll, back/forward, the clipboard), played
+// in the guest's desktop session through package guestx.
+type GuestExec interface {
+	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
+}
+
+// CPUTimer is the optional part of a Farm that reports a VM's cumulative
+// vCPU time (vmm.Manager.CPUTime). With it, a desk's settles wait for the
+// guest to go idle as well as its screen (actions.GuestActivity).
+type CPUTimer interface {
+	CPUTime(ctx context.Context, id string) (time.Duration, error)
+}
+
+// GuestIdle is the vCPU utilisation (vCPU seconds per second, summed over
+// vCPUs) at or below which a desk's settle counts the guest as idle.
+//
+// Measured on the desktop image under TCG (2 vCPUs, 1 GiB; the 2-core build
+// host at load average 8-12), 2026-11-30, sampling vmm.Manager.CPUTime every
+// 250 ms: an idle desktop read 0.00-0.08, once 0.28 just after a launch
+// (libvirt's cpuTime is the QEMU process's utime+stime in 10 ms ticks, so a
+// 250 ms window moves in steps of 0.04); while mousepad started it read
+// 0.32-1.00, 0.6-1.0 for most of its ~10 s start-up. 0.25 (
+// actions.DefaultGuestIdle) sits between; a busy window costs one more
+// settle round, so an idle guest's occasional tick is cheap.
+const GuestIdle = 0.25
+
+// guestTimeout bounds one guest command of the session input.
+const guestTimeout = 30 * time.Second
+
+// guestInput is a desk's actions.GuestInput: xdotool and xclip run as the
+// desktop user in the guest's X session (guestx).
+type guestInput struct {
+	ex  GuestExec
+	vm  string
+	log *slog.Logger
+}
+
+var _ actions.GuestInput = (*guestInput)(nil)
+
+// run runs argv in the session and fails on a non-zero exit.
+func (g *guestInput) run(ctx context.Context, c guestx.Cmd) ([]byte, error) {
+	if c.Timeout == 0 {
+		c.Timeout = guestTimeout
+	}
+	start := time.Now()
+	out, err := guestx.Output(ctx, g.ex, g.vm, c)
+	g.log.Debug("guest input", "vm", g.vm, "op", "guest-input", "argv", c.Argv, "duration", time.Since(start).Round(time.Millisecond), "err", err)
+	return out, err
+}
+
+// pasteScript types stdin by pasting it: each line is put in the CLIPBOARD
+// and PRIMARY selections and pasted with Shift+Insert (GTK and Qt text
+// widgets, browsers and LibreOffice paste CLIPBOARD on it, VTE terminals
+// such as lxterminal PRIMARY), and each newline is a Return key, so that a
+// terminal runs a command as if it were typed (bash's bracketed paste would
+// hold a pasted newline). The clipboard the user had is put back afterwards.
+//
+// Why not xdotool type: on the desktop image (xdotool 3.20160805, mousepad)
+// it drops characters outside the keymap: typing "é日ü本✓x" with --delay 150
+// gave "éü本x", and at the demo's 12 ms "Grüße, café" gave "Gre, caf"
+// (2026-11-30); xdotool rebinds one spare keycode per character and the
+// application reads the key before the new mapping (jordansissel/xdotool#97,
+// #154). Pasting gave the text byte for byte in mousepad and lxterminal.
+//
+// The application fetches the selection asynchronously after the key, and
+// keys sent after the paste (a Return here, or the agent's next action over
+// VNC) must not overtake it. xclip -verbose logs each selection request it
+// serves ("Waiting for selection request N of ..." after N-1 served), so the
+// script waits for the first request to be served, then pasteGrace for the
+// data request that follows the TARGETS one (GTK asks for TARGETS, then
+// UTF8_STRING; measured in mousepad), at most pasteWait in all.
+const pasteScript = `d=$(mktemp -d) && cat >"$d/in" || exit 1
+xclip -selection clipboard -o -t UTF8_STRING >"$d/old" 2>/dev/null || rm -f "$d/old"
+n=$(wc -l <"$d/in")
+i=0
+serve() { # serve $d/line in selection $1, logging to $d/$1
+	xclip -verbose -selection "$1" -loops 1000 -i "$d/line" >"$d/$1" 2>&1 &
+}
+served() { # has selection $1 served $2-1 requests? (shell builtins only: no process per poll)
+	while IFS= read -r l; do
+		case "$l" in *"request $2 of"*) return 0 ;; esac
+	done <"$d/$1"
+	return 1
+}
+while IFS= read -r line || [ -n "$line" ]; do
+	if [ -n "$line" ]; then
+		printf %s "$line" >"$d/line"
+		serve clipboard; c=$!
+		serve primary; p=$!
+		k=0
+		until served clipboard 1 && served primary 1; do
+			k=$((k + 1)); [ "$k" -gt 250 ] && { kill $c $p; echo "xclip did not take the selections" >&2; exit 1; }
+			sleep 0.02
+		done
+		xdotool key --clearmodifiers shift+Insert || { kill $c $p; exit 1; }
+		k=0
+		until served clipboard 2 || served primary 2; do
+			k=$((k + 1)); [ "$k" -gt ` + pasteWait + ` ] && break
+			sleep 0.02
+		done
+		sleep ` + pasteGrace + `
+		kill $c $p 2>/dev/null
+		wait $c $p 2>/dev/null
+	fi
+	i=$((i + 1))
+	if [ "$i" -le "$n" ]; then xdotool key --clearmodifiers Return || exit 1; fi
+done <"$d/in"
+if [ -f "$d/old" ]; then xclip -selection clipboard -i "$d/old" >/dev/null 2>&1; fi
+rm -rf "$d"
+exit 0`
+
+// Paste pacing (pasteScript): pasteWait is in 20 ms polls (5 s).
+const (
+	pasteWait  = "250"
+	pasteGrace = "0.2"
+)
+
+// TypeText types text by pasting it in the guest's session (pasteScript).
+// The text travels on stdin, byte for byte, without quoting.
+func (g *guestInput) TypeText(ctx context.Context, text string) error {
+	_, err := g.run(ctx, guestx.Cmd{Shell: pasteScript, Stdin: []byte(text)})
+	return err
+}
+
+// Button clicks X button b count times at (x, y).
+func (g *guestInput) Button(ctx context.Context, b, x, y, count int) error {
+	if count < 1 {
+		count = 1
+	}
+	_, err := g.run(ctx, guestx.Cmd{Argv: []string{"xdotool", "mousemove", strconv.Itoa(x), strconv.Itoa(y),
+		"click", "--repeat", strconv.Itoa(count), "--delay", "30", strconv.Itoa(b)}})
+	return err
+}
+
+// ClipboardGet reads the CLIPBOARD selection as UTF-8; "" when nothing owns
+// it or it holds no text.
+func (g *guestInput) ClipboardGet(ctx context.Context) (string, error) {
+	// xclip exits 1 when the selection is empty or has no UTF8_STRING
+	// target; tell that apart from a broken session with the owner check.
+	out, err := g.run(ctx, guestx.Cmd{Shell: `xclip -selection clipboard -o -t UTF8_STRING 2>/dev/null && exit 0
+t=$(xclip -selection clipboard -o -t TARGETS 2>/dev/null) || exit 0
+case "$t" in *UTF8_STRING*|*STRING*) exit 1;; esac`})
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+// ClipboardSet makes xclip own the CLIPBOARD selection with text. xclip
+// stays in the background to serve it; its output goes to /dev/null so that
+// the guest agent's exec does not wait for it.
+func (g *guestInput) ClipboardSet(ctx context.Context, text string) error {
+	_, err := g.run(ctx, guestx.Cmd{Shell: `xclip -selection clipboard -i >/dev/null 2>&1`, Stdin: []byte(text)})
+	if err != nil {
+		return fmt.Errorf("set clipboard: %w", err)
+	}
+	return nil
+}
+
+// DiskCounter is the optional part of a Farm that counts a VM's disk
+// requests (vmm.Manager.DiskRequests). With it, a desk's settle also counts
+// a guest waiting on its disk as busy.
+type DiskCounter interface {
+	DiskRequests(ctx context.Context, id string) (int64, error)
+}
+
+// diskRequestWeight is the vCPU time one disk request counts as in a
+// settle's activity sample. A program starting after a reset reads its
+// binaries and libraries from a cold page cache, and while it waits for
+// them its vCPUs are idle: in bench/settle (docs/benchmarks.md) vCPU time
+// alone let 2 of 3 terminal launches settle in ~0.5 s where the third
+// waited 4.8 s. At 40 ms, 1 request in a 150 ms quiet window reads as 0.27,
+// over GuestIdle; the idle desktop measured 0.5 requests/s, so an idle
+// window rarely counts as busy, and then costs one more round.
+const diskRequestWeight = 40 * time.Millisecond
+
+// guestActivity is a desk's actions.GuestActivity: the VM's vCPU time,
+// plus its disk requests at diskRequestWeight each when the farm counts
+// them.
+type guestActivity struct {
+	t    CPUTimer
+	disk DiskCounter // nil: vCPU time alone
+	vm   string
+}
+
+// CPUTime returns the VM's cumulative activity as vCPU time.
+func (a guestActivity) CPUTime(ctx context.Context) (time.Duration, error) {
+	t, err := a.t.CPUTime(ctx, a.vm)
+	if err != nil || a.disk == nil {
+		return t, err
+	}
+	n, err := a.disk.DiskRequests(ctx, a.vm)
+	if err != nil {
+		return 0, err
+	}
+	return t + time.Duration(n)*diskRequestWeight, nil
+}
