@@ -49,6 +49,33 @@ type guestInput struct {
 	ex  GuestExec
 	vm  string
 	log *slog.Logger
+	// disp is the VM's display, whose input the guest input must not
+	// overtake (fence).
+	disp actions.Display
+}
+
+// Fence timing (guestInput.fence).
+const (
+	fenceQuiet = 200 * time.Millisecond
+	fenceMax   = 5 * time.Second
+)
+
+// fence waits until input sent over the display has reached the guest's
+// applications, before input is delivered inside the guest: XTEST events
+// from xdotool go straight to the X server, while VNC keys queue in QEMU's
+// PS/2 keyboard and the guest kernel and reach the X server at the guest's
+// pace. Without it, in bench/settle (2026-11-30, idle host), text pasted
+// right after 160 ASCII characters typed over VNC with no settle landed in
+// the middle of them, and the paste's Shift turned later keys upper-case
+// ("foX", "BRown"). There is no way to ask QEMU for its queue, so the fence
+// is the screen going quiet (the typed text drawn), bounded by fenceMax.
+func (g *guestInput) fence(ctx context.Context) {
+	if g.disp == nil {
+		return
+	}
+	if _, err := g.disp.Settle(ctx, fenceQuiet, fenceMax); err != nil {
+		g.log.Debug("fence before guest input", "vm", g.vm, "op", "guest-input", "err", err)
+	}
 }
 
 var _ actions.GuestInput = (*guestInput)(nil)
@@ -134,6 +161,7 @@ const (
 // TypeText types text by pasting it in the guest's session (pasteScript).
 // The text travels on stdin, byte for byte, without quoting.
 func (g *guestInput) TypeText(ctx context.Context, text string) error {
+	g.fence(ctx)
 	_, err := g.run(ctx, guestx.Cmd{Shell: pasteScript, Stdin: []byte(text)})
 	return err
 }
@@ -143,6 +171,7 @@ func (g *guestInput) Button(ctx context.Context, b, x, y, count int) error {
 	if count < 1 {
 		count = 1
 	}
+	g.fence(ctx)
 	_, err := g.run(ctx, guestx.Cmd{Argv: []string{"xdotool", "mousemove", strconv.Itoa(x), strconv.Itoa(y),
 		"click", "--repeat", strconv.Itoa(count), "--delay", "30", strconv.Itoa(b)}})
 	return err
@@ -151,6 +180,7 @@ func (g *guestInput) Button(ctx context.Context, b, x, y, count int) error {
 // ClipboardGet reads the CLIPBOARD selection as UTF-8; "" when nothing owns
 // it or it holds no text.
 func (g *guestInput) ClipboardGet(ctx context.Context) (string, error) {
+	g.fence(ctx) // a ctrl+c just sent over VNC must have landed
 	// xclip exits 1 when the selection is empty or has no UTF8_STRING
 	// target; tell that apart from a broken session with the owner check.
 	out, err := g.run(ctx, guestx.Cmd{Shell: `xclip -selection clipboard -o -t UTF8_STRING 2>/dev/null && exit 0

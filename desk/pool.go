@@ -246,7 +246,7 @@ func (p *Pool) dial(ctx context.Context, e *entry, vm vmm.VM) {
 	default:
 		e.desk = newDesk(vm.ID, disp, p.opts.MaxExecutors, p.log)
 		if ex, ok := p.farm.(GuestExec); ok {
-			e.desk.guest = &guestInput{ex: ex, vm: vm.ID, log: p.log}
+			e.desk.guest = &guestInput{ex: ex, vm: vm.ID, log: p.log, disp: disp}
 		}
 		if t, ok := p.farm.(CPUTimer); ok {
 			a := guestActivity{t: t, vm: vm.ID}
