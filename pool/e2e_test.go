@@ -183,9 +183,14 @@ func TestE2EEpisodes(t *testing.T) {
 	var short web.EpisodeResponse
 	call("POST", "/v1/episodes", web.StartEpisodeRequest{Pool: "tiny", TTLS: 1}, 201, &short)
 	call("PUT", "/v1/episodes/"+short.ID+"/files?path=/tmp/ttl-mark", nil, 204, nil)
-	time.Sleep(2 * time.Second)
+	// The reaper ends it after its TTL; the end resets the VM first.
 	var got web.EpisodeResponse
-	call("GET", "/v1/episodes/"+short.ID, nil, 200, &got)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		call("GET", "/v1/episodes/"+short.ID, nil, 200, &got)
+		if got.State == string(pool.EpisodeEnded) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if got.State != string(pool.EpisodeEnded) || got.EndReason != pool.ReasonExpired {
 		t.Fatalf("after ttl: %+v", got)
 	}
