@@ -1,6 +1,10 @@
 package vmm
 
-import "time"
+import (
+	"context"
+	"fmt"
+	"time"
+)
 
 // EventKind names a change in a VM's life. vmm publishes one Event per
 // change; consumers (pool, the per-VM desks, web's event feed) subscribe with
@@ -35,4 +39,49 @@ type Event struct {
 	// Reason says why, for EventDied ("crashed", "shutdown", "destroyed
 	// behind deskfarm's back", ...) and EventDestroyed; empty otherwise.
 	Reason string
+}
+
+// Subscribe returns every lifecycle event published after the call, in
+// order per VM. The channel is closed when ctx ends or the Manager closes.
+// Publishing never waits for a subscriber.
+func (m *Manager) Subscribe(ctx context.Context) <-chan Event { return m.events.Subscribe(ctx) }
+
+// publish sends an event about mc; callers hold mc.mu.
+func (m *Manager) publish(kind EventKind, mc *machine, reason string) {
+	m.events.Publish(Event{Kind: kind, VM: m.describe(mc), At: time.Now(), Reason: reason})
+}
+
+// markBroken marks mc unusable and, the first time, publishes EventDied.
+// Callers hold mc.mu exclusively.
+func (m *Manager) markBroken(mc *machine, reason string) {
+	if mc.meta.State == StateBroken {
+		return
+	}
+	mc.meta.State = StateBroken
+	m.log.Warn("vm broken", "vm", mc.meta.ID, "op", "died", "reason", reason)
+	m.publish(EventDied, mc, reason)
+}
+
+// SetLabel sets a label of a VM, kept in its domain metadata so it
+// survives a deskfarm restart; an empty value removes the label.
+func (m *Manager) SetLabel(ctx context.Context, id, key, value string) error {
+	if err := ValidateLabels(map[string]string{key: value}); err != nil {
+		return err
+	}
+	mc, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.gone {
+		return fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	old := mc.meta.Labels
+	mc.meta.setLabel(key, value)
+	if err := m.saveMeta(ctx, mc); err != nil {
+		mc.meta.Labels = old
+		return err
+	}
+	return nil
 }

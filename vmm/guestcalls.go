@@ -1,0 +1,234 @@
+package vmm
+
+// Calls on a ready VM: reset to its ready snapshot, programs and files in
+// the guest through the agent, resource counters and the screendump
+// baseline. Lifecycle (create, destroy, recovery) is in manager.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+)
+
+// Reset returns a ready VM to its ready snapshot: RAM, devices and disk via
+// QEMU's loadvm, then the guest clock (restored to snapshot time) is set.
+// A reset that fails, or that ctx cuts short while loadvm may be running,
+// leaves the VM StateBroken (EventDied): its guest state is unknown.
+func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return ResetResult{}, err
+	}
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.gone {
+		return ResetResult{}, fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	if mc.meta.State != StateReady {
+		return ResetResult{}, m.notReadyErr(mc, "reset")
+	}
+	if err := m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")); err != nil {
+		if ctx.Err() == nil {
+			m.markBroken(mc, "dead at reset")
+			return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
+		}
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
+	}
+	start := time.Now()
+	if err := mc.mon.loadVM(ctx, readySnapshot); err != nil {
+		m.markBroken(mc, "loadvm failed: "+err.Error())
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	loaded := time.Since(start)
+	if err := m.setClock(ctx, mc); err != nil {
+		m.markBroken(mc, "clock after reset failed")
+		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(ctx, mc, err))
+	}
+	// libvirt reopens its guest-agent connection after a RAM restore; an
+	// exec sent before that fails with "guest agent disappeared" (about 2%
+	// of first execs after a reset in bench/soak). Answer only once the
+	// agent answers a ping (idempotent, retried through the reconnect).
+	actx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
+	err = mc.agent.waitReady(actx, func() error { return m.checkAlive(actx, mc, filepath.Join(mc.meta.Dir, "console.log")) })
+	cancel()
+	if err != nil {
+		m.markBroken(mc, "guest agent after reset failed")
+		return ResetResult{}, fmt.Errorf("reset vm %s: guest agent: %w", id, m.guestErr(ctx, mc, err))
+	}
+	mc.resets++
+	m.publish(EventReset, mc, "")
+	d := time.Since(start)
+	m.log.Info("vm reset", "vm", id, "op", "reset", "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
+	return ResetResult{Duration: d}, nil
+}
+
+// setClock sets the guest clock, which a RAM restore puts back at snapshot
+// time: through the session channel (milliseconds), else the guest agent
+// (guest-set-time runs hwclock: 1-2 s).
+func (m *Manager) setClock(ctx context.Context, mc *machine) error {
+	if mc.session != nil {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := mc.session.setTime(sctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		m.log.Warn("clock through session channel failed; using the guest agent", "vm", mc.meta.ID, "op", "reset", "err", err)
+	}
+	return mc.agent.setTime(ctx)
+}
+
+// shrinkRAM asks the guest to drop its page cache before the ready snapshot;
+// with init_on_free the freed pages are zero and cost savevm nothing. Best
+// effort: a guest without the knob just makes a bigger snapshot.
+func (m *Manager) shrinkRAM(ctx context.Context, mc *machine) {
+	res, err := mc.agent.exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"}, Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		m.log.Warn("could not drop guest page cache before snapshot", "vm", mc.meta.ID, "op", "snapshot", "err", err, "stderr", string(res.Stderr))
+	}
+}
+
+// Exec runs a program in the guest.
+func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return ExecResult{}, fielderr.Newf("argv", ErrInvalid, "needs at least the program name")
+	}
+	if req.Timeout < 0 {
+		return ExecResult{}, fielderr.Newf("timeout_s", ErrInvalid, "must be positive")
+	}
+	if len(req.Stdin) > MaxExecStdin {
+		return ExecResult{}, fielderr.Newf("stdin", ErrTooLarge, "%d bytes; at most %d", len(req.Stdin), MaxExecStdin)
+	}
+	if req.Timeout == 0 {
+		req.Timeout = DefaultExecTimeout
+	}
+	mc, err := m.ready(id, "exec")
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer mc.mu.RUnlock()
+	res, err := mc.agent.exec(ctx, req)
+	return res, m.guestErr(ctx, mc, err)
+}
+
+// ReadFile reads a guest file of at most MaxFileSize bytes.
+func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fielderr.Newf("path", ErrInvalid, "%q is not absolute", path)
+	}
+	mc, err := m.ready(id, "read file")
+	if err != nil {
+		return nil, err
+	}
+	defer mc.mu.RUnlock()
+	b, err := mc.agent.readFile(ctx, path, MaxFileSize)
+	if errors.Is(err, ErrTooLarge) {
+		return nil, err
+	}
+	return b, m.guestErr(ctx, mc, err)
+}
+
+// WriteFile writes a guest file; mode 0 keeps the agent's default (0666 less umask).
+func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error {
+	if !filepath.IsAbs(path) {
+		return fielderr.Newf("path", ErrInvalid, "%q is not absolute", path)
+	}
+	if len(data) > MaxFileSize {
+		return fmt.Errorf("write file %s: %w: %d bytes, limit %d", path, ErrTooLarge, len(data), MaxFileSize)
+	}
+	if mode > 0o7777 {
+		return fielderr.Newf("mode", ErrInvalid, "%o is not a file mode", mode)
+	}
+	mc, err := m.ready(id, "write file")
+	if err != nil {
+		return err
+	}
+	defer mc.mu.RUnlock()
+	if err := mc.agent.writeFile(ctx, path, data); err != nil {
+		return m.guestErr(ctx, mc, err)
+	}
+	if mode != 0 {
+		res, err := mc.agent.exec(ctx, ExecRequest{Argv: []string{"chmod", fmt.Sprintf("%o", mode), path}, Timeout: 10 * time.Second})
+		if err != nil {
+			return m.guestErr(ctx, mc, err)
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("chmod %o %s on vm %s: %w: %s", mode, path, id, ErrAgent, res.Stderr)
+		}
+	}
+	return nil
+}
+
+// CPUTime is a VM's cumulative vCPU time, summed over its vCPUs, from
+// libvirt (virDomainGetInfo). Sampled twice, it gives the guest's CPU
+// utilisation: how busy it is regardless of what its screen shows (desk's
+// settle uses it to wait for a launched program's start-up work).
+func (m *Manager) CPUTime(ctx context.Context, id string) (time.Duration, error) {
+	mc, err := m.ready(id, "cpu time")
+	if err != nil {
+		return 0, err
+	}
+	defer mc.mu.RUnlock()
+	t, err := m.hv.domainCPUTime(ctx, mc.dom)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	return t, nil
+}
+
+// DiskRequests is the number of read and write requests a VM's disk has
+// served (libvirt's virDomainBlockStats). A guest that waits on its disk
+// (a program loading from a cold page cache after a reset) has idle vCPUs
+// but is not idle: desk's settle counts these beside CPUTime.
+func (m *Manager) DiskRequests(ctx context.Context, id string) (int64, error) {
+	mc, err := m.ready(id, "disk requests")
+	if err != nil {
+		return 0, err
+	}
+	defer mc.mu.RUnlock()
+	n, err := m.hv.domainDiskRequests(ctx, mc.dom)
+	if err != nil {
+		return 0, fmt.Errorf("disk requests of vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	return n, nil
+}
+
+// Screenshot grabs the VM's display with QEMU's screendump (what libvirt's
+// virDomainScreenshot does too; go-libvirt's stream for it fails to decode).
+// It is the baseline the live VNC framebuffer is measured against.
+func (m *Manager) Screenshot(ctx context.Context, id string) (*image.RGBA, error) {
+	mc, err := m.ready(id, "screenshot")
+	if err != nil {
+		return nil, err
+	}
+	defer mc.mu.RUnlock()
+	f, err := os.CreateTemp(mc.meta.Dir, "screendump-*.ppm")
+	if err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+	// QEMU (running as the QEMU user) writes the file itself.
+	if err := os.Chown(path, m.uid, m.gid); err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
+	}
+	if err := mc.mon.run(ctx, "screendump "+path); err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, m.guestErr(ctx, mc, err))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
+	}
+	img, err := decodePPM(b)
+	if err != nil {
+		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
+	}
+	return img, nil
+}
