@@ -23,7 +23,9 @@ import (
 //     scancode is given, else a plain key event.
 //   - Settle returns once the framebuffer reflects everything sent before the
 //     call (a fresh update round trip completed) and then stayed unchanged for
-//     quiet, or once max has passed; it reports how long it waited.
+//     quiet, or once max has passed; it reports how long it waited. If max
+//     passes before the first round trip completes, the error wraps one
+//     with Timeout() true.
 //   - CursorPos is where the pointer was last sent.
 type Display interface {
 	Size() (w, h int)

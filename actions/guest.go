@@ -2,6 +2,7 @@ package actions
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -78,13 +79,21 @@ func (c *capturer) settleGuest(ctx context.Context, quiet, max time.Duration) (w
 		d, err := c.d.Settle(ctx, quiet, max)
 		return d, d >= max, err
 	}
-	for {
+	for round := 0; ; round++ {
 		left := max - elapsed()
 		if left <= 0 {
 			return elapsed(), true, nil
 		}
 		d, err := c.d.Settle(ctx, quiet, left)
 		if err != nil {
+			// After a completed round the mirror is known to be current as
+			// of that round's fence; a later round that runs out of the
+			// remaining budget before its own fence comes back (CI saw one
+			// given 15 ms under load) is the settle timing out, not the
+			// display failing.
+			if round > 0 && ctx.Err() == nil && isTimeout(err) {
+				return elapsed(), true, nil
+			}
 			return elapsed(), false, err
 		}
 		if d >= left {
@@ -103,4 +112,11 @@ func (c *capturer) settleGuest(ctx context.Context, quiet, max time.Duration) (w
 		c.res.SettleGuestBusy++
 		prevT, prevCPU = t, cpu
 	}
+}
+
+// isTimeout reports whether err says the display ran out of time (it wraps
+// an error with Timeout() true, as vnc.ErrStale and net errors do).
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }

@@ -27,6 +27,13 @@ var (
 	// within the Server's HandshakeTimeout.
 	ErrHandshakeTimeout = errors.New("rfb handshake not finished in time")
 	// ErrStale means Settle could not prove the mirror current in time: no
-	// fresh update arrived before its max.
-	ErrStale = errors.New("framebuffer not known to be current")
+	// fresh update arrived before its max. It reports Timeout() true, so a
+	// caller that knows no vnc type (actions) can tell a settle that ran out
+	// of time from a broken connection.
+	ErrStale error = staleError{}
 )
+
+type staleError struct{}
+
+func (staleError) Error() string { return "framebuffer not known to be current" }
+func (staleError) Timeout() bool { return true }
