@@ -1,12 +1,9 @@
 package web
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,10 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/deskfarm/deskfarm/desk"
-	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
 
 // Cua's computer-server protocol is mounted per VM under /v1/vms/{id}/cua/,
@@ -96,29 +90,9 @@ func TestCuaMount(t *testing.T) {
 // the pool's screenshot size, and an open websocket ends with the episode
 // (it holds the lease while open).
 func TestCuaEpisode(t *testing.T) {
-	farm := vmmtest.New()
-	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
-		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}}}
-	cfg.SetDefaults()
-	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
-		return &stillDisplay{}, nil
-	}})
-	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
-	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
-
-	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{}`)
-	if code != http.StatusCreated {
-		t.Fatalf("start episode: %d %s", code, b)
-	}
-	var ep EpisodeResponse
-	json.Unmarshal(b, &ep)
+	srv, ep := startEpisodeOnStill(t)
 	base := srv.URL + "/v1/episodes/" + ep.ID + "/cua"
-	code, b = send(t, "POST", base+"/cmd", `{"command":"get_screen_size"}`)
+	code, b := send(t, "POST", base+"/cmd", `{"command":"get_screen_size"}`)
 	if code != 200 || string(b) != `data: {"success":true,"size":{"width":640,"height":400}}`+"\n\n" {
 		t.Fatalf("get_screen_size on the episode: %d %q", code, b)
 	}

@@ -23,15 +23,14 @@ import (
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
-	"github.com/deskfarm/deskfarm/vnc"
+	"github.com/deskfarm/deskfarm/vnc/vnctest"
 )
 
 // stillDisplay is a desk.Display of a still 640x400 screen that keeps
 // what a guest would of input: the keys and buttons held down.
 type stillDisplay struct {
+	vnctest.Still
 	mu      sync.Mutex
-	subs    map[chan vnc.Damage]struct{}
-	closed  bool
 	held    map[uint32]bool
 	buttons uint8
 }
@@ -68,41 +67,6 @@ func (s *stillDisplay) Key(keysym uint32, _ uint16, down bool) error {
 		s.held[keysym] = true
 	} else {
 		delete(s.held, keysym)
-	}
-	return nil
-}
-
-func (s *stillDisplay) Damage() (<-chan vnc.Damage, func()) {
-	ch := make(chan vnc.Damage)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		close(ch)
-		return ch, func() {}
-	}
-	if s.subs == nil {
-		s.subs = map[chan vnc.Damage]struct{}{}
-	}
-	s.subs[ch] = struct{}{}
-	return ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if _, ok := s.subs[ch]; ok {
-			delete(s.subs, ch)
-			close(ch)
-		}
-	}
-}
-
-func (s *stillDisplay) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		for ch := range s.subs {
-			close(ch)
-		}
-		clear(s.subs)
 	}
 	return nil
 }
@@ -364,27 +328,7 @@ func TestManualResetHandsControlBack(t *testing.T) {
 }
 
 func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
-	farm := vmmtest.New()
-	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
-		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}}}
-	cfg.SetDefaults()
-	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
-		return &stillDisplay{}, nil
-	}})
-	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
-	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
-
-	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{}`)
-	if code != http.StatusCreated {
-		t.Fatalf("start episode: %d %s", code, b)
-	}
-	var ep EpisodeResponse
-	json.Unmarshal(b, &ep)
+	srv, ep := startEpisodeOnStill(t)
 	epURL := srv.URL + "/v1/episodes/" + ep.ID
 
 	size := func(query string) image.Point {
@@ -405,7 +349,7 @@ func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
 	if got := size("&size=native"); got != image.Pt(640, 400) {
 		t.Errorf("episode screenshot with size=native is %v, want 640x400", got)
 	}
-	code, b = send(t, "POST", epURL+"/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`)
+	code, b := send(t, "POST", epURL+"/actions", `{"action":{"kind":"click","x":1,"y":1},"screenshot":"never"}`)
 	var ar ActionsResponse
 	json.Unmarshal(b, &ar)
 	if code != http.StatusOK || ar.ScreenshotWidth != 320 || ar.ScreenshotHeight != 200 {
@@ -494,4 +438,32 @@ func TestUnleasedPoolVMRefusesChanges(t *testing.T) {
 	if code, b := send(t, "POST", vmURL+"/exec", `{"argv":["true"]}`); code != http.StatusOK {
 		t.Errorf("exec on the leased VM's own route: %d %s", code, b)
 	}
+}
+
+// startEpisodeOnStill serves a fake farm with one pool "p" (one warm tiny
+// VM, screenshot size 320x200) whose desks show a still 640x400 screen, and
+// starts an episode on it.
+func startEpisodeOnStill(t *testing.T) (*httptest.Server, EpisodeResponse) {
+	t.Helper()
+	farm := vmmtest.New()
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
+		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}}}
+	cfg.SetDefaults()
+	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
+		return &stillDisplay{}, nil
+	}})
+	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
+	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{}`)
+	if code != http.StatusCreated {
+		t.Fatalf("start episode: %d %s", code, b)
+	}
+	var ep EpisodeResponse
+	json.Unmarshal(b, &ep)
+	return srv, ep
 }

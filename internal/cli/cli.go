@@ -6,12 +6,11 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/deskfarm/deskfarm/api"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/deskfarm/deskfarm/client"
@@ -98,28 +97,7 @@ func nArgs(min, max int, want string) cobra.PositionalArgs {
 
 // completeVMs completes the first argument with the farm's VM ids.
 func completeVMs(conn *conn) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveDefault
-		}
-		c, err := conn.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
-		defer cancel()
-		vms, err := c.ListVMs(ctx)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var out []cobra.Completion
-		for _, vm := range vms {
-			if strings.HasPrefix(vm.ID, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(vm.ID, vm.Image+" "+vm.State))
-			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+	return completeFrom(conn, (*client.Client).ListVMs, func(vm api.VM) (string, string) { return vm.ID, vm.Image + " " + vm.State })
 }
 
 func printJSON(w io.Writer, v any) error {

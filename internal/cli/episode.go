@@ -1,9 +1,8 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -74,16 +73,14 @@ func episodeEnd(env *Env, conn *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, id := range ids {
+			return eachID(ids, "end episode", func(id string) error {
 				ep, err := c.EndEpisode(cmd.Context(), id)
 				if err != nil {
-					errs = append(errs, fmt.Errorf("end episode %s: %w", id, err))
-					continue
+					return err
 				}
 				switch {
 				case asJSON:
-					printJSON(env.Stdout, ep)
+					return printJSON(env.Stdout, ep)
 				case !quiet:
 					what := fmt.Sprintf("vm %s reset in %.0f ms", ep.VM, ep.ResetSeconds*1000)
 					if ep.VMReplaced {
@@ -91,8 +88,8 @@ func episodeEnd(env *Env, conn *conn) *cobra.Command {
 					}
 					fmt.Fprintf(env.Stdout, "%s\tended\t%s\n", ep.ID, what)
 				}
-			}
-			return errors.Join(errs...)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the ended episodes as JSON")
@@ -101,34 +98,14 @@ func episodeEnd(env *Env, conn *conn) *cobra.Command {
 }
 
 func episodeList(env *Env, conn *conn) *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List live episodes",
-		Args:    nArgs(0, 0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := conn.client()
-			if err != nil {
-				return err
-			}
-			eps, err := c.ListEpisodes(cmd.Context())
-			if err != nil {
-				return fmt.Errorf("list episodes: %w", err)
-			}
-			switch {
-			case asJSON:
-				if eps == nil {
-					eps = []api.Episode{}
-				}
-				return printJSON(env.Stdout, api.EpisodeList{Episodes: eps})
-			case quiet:
-				for _, ep := range eps {
-					fmt.Fprintln(env.Stdout, ep.ID)
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	return listCommand(env, conn, listSpec[api.Episode]{
+		use: "episodes", short: "List live episodes",
+		jsonHelp: `print {"episodes":[...]} as JSON`, quietHelp: "print episode IDs only",
+		fetch: (*client.Client).ListEpisodes,
+		wrap:  func(eps []api.Episode) any { return api.EpisodeList{Episodes: eps} },
+		id:    func(ep api.Episode) string { return ep.ID },
+		table: func(w io.Writer, eps []api.Episode) error {
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "EPISODE\tVM\tPOOL\tSTATE\tWARM\tEXPIRES IN")
 			for _, ep := range eps {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", ep.ID, ep.VM, ep.Pool, ep.State, ep.Warm,
@@ -136,10 +113,7 @@ func episodeList(env *Env, conn *conn) *cobra.Command {
 			}
 			return tw.Flush()
 		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"episodes":[...]} as JSON`)
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print episode IDs only")
-	return cmd
+	})
 }
 
 func episodePools(env *Env, conn *conn) *cobra.Command {
@@ -176,41 +150,11 @@ func episodePools(env *Env, conn *conn) *cobra.Command {
 }
 
 func completePools(conn *conn) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		c, err := conn.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
-		defer cancel()
-		pools, err := c.Pools(ctx)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var out []cobra.Completion
-		for _, p := range pools {
-			out = append(out, cobra.CompletionWithDesc(p.Name, p.Image))
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+	return completeFrom(conn, (*client.Client).Pools, func(p api.Pool) (string, string) { return p.Name, p.Image })
 }
 
 func completeEpisodes(conn *conn) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		c, err := conn.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
-		defer cancel()
-		eps, err := c.ListEpisodes(ctx)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var out []cobra.Completion
-		for _, ep := range eps {
-			out = append(out, cobra.CompletionWithDesc(ep.ID, "vm "+ep.VM+", pool "+ep.Pool))
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+	return completeFrom(conn, (*client.Client).ListEpisodes, func(ep api.Episode) (string, string) {
+		return ep.ID, "vm " + ep.VM + ", pool " + ep.Pool
+	})
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -70,40 +71,18 @@ func vmCreate(env *Env, conn *conn) *cobra.Command {
 }
 
 func vmList(env *Env, conn *conn) *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List VMs, oldest first",
-		Args:    nArgs(0, 0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := conn.client()
-			if err != nil {
-				return err
-			}
-			vms, err := c.ListVMs(cmd.Context())
-			if err != nil {
-				return fmt.Errorf("list vms: %w", err)
-			}
+	return listCommand(env, conn, listSpec[api.VM]{
+		use: "vms", short: "List VMs, oldest first",
+		jsonHelp: `print {"vms":[...]} as JSON`, quietHelp: "print only IDs",
+		fetch: func(c *client.Client, ctx context.Context) ([]api.VM, error) {
+			vms, err := c.ListVMs(ctx)
 			slices.SortFunc(vms, func(a, b api.VM) int { return a.CreatedAt.Compare(b.CreatedAt) })
-			switch {
-			case asJSON:
-				if vms == nil {
-					vms = []api.VM{}
-				}
-				return printJSON(env.Stdout, api.VMList{VMs: vms})
-			case quiet:
-				for _, vm := range vms {
-					fmt.Fprintln(env.Stdout, vm.ID)
-				}
-				return nil
-			}
-			return printVMs(env.Stdout, vms)
+			return vms, err
 		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"vms":[...]} as JSON`)
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only IDs")
-	return cmd
+		wrap:  func(vms []api.VM) any { return api.VMList{VMs: vms} },
+		id:    func(vm api.VM) string { return vm.ID },
+		table: printVMs,
+	})
 }
 
 func vmRemove(env *Env, conn *conn) *cobra.Command {
@@ -118,15 +97,13 @@ func vmRemove(env *Env, conn *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var errs []error
-			for _, id := range ids {
+			return eachID(ids, "remove vm", func(id string) error {
 				if err := c.DestroyVM(cmd.Context(), id); err != nil {
-					errs = append(errs, fmt.Errorf("remove vm %s: %w", id, err))
-					continue
+					return err
 				}
-				fmt.Fprintln(env.Stdout, id)
-			}
-			return errors.Join(errs...)
+				_, err := fmt.Fprintln(env.Stdout, id)
+				return err
+			})
 		},
 	}
 }

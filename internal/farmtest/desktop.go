@@ -14,7 +14,7 @@ import (
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/vnc"
+	"github.com/deskfarm/deskfarm/vnc/vnctest"
 	"github.com/deskfarm/deskfarm/web"
 )
 
@@ -68,13 +68,12 @@ func ServeDesktop(t testing.TB, opts web.Options) *Desktop {
 
 // Screen is a still 1280x800 desk.Display that records the input it gets.
 type Screen struct {
+	vnctest.Still
 	mu      sync.Mutex
 	x, y    int
 	buttons uint8
 	clicks  []image.Point // where the left button went down
 	typed   []rune        // keysyms pressed, for the Latin-1 ones
-	subs    map[chan vnc.Damage]struct{}
-	closed  bool
 }
 
 // Clicks returns where the left button was pressed, in order.
@@ -136,41 +135,6 @@ func (s *Screen) Key(keysym uint32, _ uint16, down bool) error {
 		s.typed = append(s.typed, rune(keysym))
 	case keysym == 0xff0d: // Return
 		s.typed = append(s.typed, '\n')
-	}
-	return nil
-}
-
-func (s *Screen) Damage() (<-chan vnc.Damage, func()) {
-	ch := make(chan vnc.Damage)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		close(ch)
-		return ch, func() {}
-	}
-	if s.subs == nil {
-		s.subs = map[chan vnc.Damage]struct{}{}
-	}
-	s.subs[ch] = struct{}{}
-	return ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if _, ok := s.subs[ch]; ok {
-			delete(s.subs, ch)
-			close(ch)
-		}
-	}
-}
-
-func (s *Screen) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		for ch := range s.subs {
-			close(ch)
-		}
-		clear(s.subs)
 	}
 	return nil
 }
