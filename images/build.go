@@ -82,6 +82,18 @@ func (s *Store) Build(ctx context.Context, name string, force bool) (Image, erro
 	if err := extractRecipe(s.fsys(), name, dirs.recipe); err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", name, err)
 	}
+	base, err := recipeBase(s.fsys(), name)
+	if err != nil {
+		return Image{}, fmt.Errorf("build image %s: %w", name, err)
+	}
+	var baseEnv []string
+	if base != "" {
+		dir := filepath.Join(root, "base")
+		if err := extractRecipe(s.fsys(), base, dir); err != nil {
+			return Image{}, fmt.Errorf("build image %s: base: %w", name, err)
+		}
+		baseEnv = []string{"DESKFARM_BASE_DIR=" + dir}
+	}
 	prep, err := s.prepare(ctx, name, dirs.work)
 	if err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", name, err)
@@ -114,7 +126,7 @@ func (s *Store) Build(ctx context.Context, name string, force bool) (Image, erro
 			return img, nil
 		}
 	}
-	return s.run(ctx, log, name, hash, dirs, prep.Env)
+	return s.run(ctx, log, name, hash, dirs, append(baseEnv, prep.Env...))
 }
 
 // buildDirs are the parts of a temporary build directory.

@@ -362,3 +362,52 @@ func TestBuildUnknown(t *testing.T) {
 		t.Errorf("err = %v, want ErrUnknownImage listing fake", err)
 	}
 }
+
+// TestBuildOnBase: a recipe with a "base" file gets the base recipe's files
+// in DESKFARM_BASE_DIR, and its hash follows the base's files, so a fix to
+// the base rebuilds the variant too.
+func TestBuildOnBase(t *testing.T) {
+	s, _, _ := fakeStore(t, okScript)
+	fsys := s.recipes.(fstest.MapFS)
+	fsys["variant/base"] = &fstest.MapFile{Data: []byte("fake\n")}
+	fsys["variant/data.txt"] = &fstest.MapFile{Data: []byte("variant data\n")}
+	fsys["variant/build.sh"] = &fstest.MapFile{Data: []byte(`set -eu
+echo "::step 1/1 check the base"
+test "$(cat "$DESKFARM_BASE_DIR/data.txt")" = "recipe data"
+test "$(cat "$DESKFARM_RECIPE_DIR/data.txt")" = "variant data"
+test -x "$DESKFARM_BASE_DIR/build.sh"
+` + fakeOutputs)}
+	if _, err := s.Build(context.Background(), "variant", false); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Hash("variant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys["fake/data.txt"] = &fstest.MapFile{Data: []byte("recipe data, fixed\n")}
+	after, err := s.Hash("variant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == after {
+		t.Errorf("the variant's hash did not change with its base's files")
+	}
+	if _, err := s.Get("variant"); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("after a change to the base, Get = %v, want ErrNotBuilt", err)
+	}
+
+	for base, want := range map[string]string{
+		"nosuch\n": `recipe variant: base names "nosuch"; want another recipe (known: fake, variant)`,
+		"variant":  `recipe variant: base names "variant"; want another recipe`,
+	} {
+		fsys["variant/base"] = &fstest.MapFile{Data: []byte(base)}
+		if _, err := s.Hash("variant"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("base %q: err %v, want %q", base, err, want)
+		}
+	}
+	fsys["variant/base"] = &fstest.MapFile{Data: []byte("fake")}
+	fsys["fake/base"] = &fstest.MapFile{Data: []byte("variant")}
+	if _, err := s.Hash("variant"); err == nil || !strings.Contains(err.Error(), "one level is supported") {
+		t.Errorf("base with a base: err %v", err)
+	}
+}

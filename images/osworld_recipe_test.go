@@ -4,35 +4,68 @@ import (
 	"bytes"
 	"io/fs"
 	"path"
+	"regexp"
+	"strings"
 	"testing"
 )
 
-// osworldFromDesktop are the osworld recipe's files that are copies of the
-// desktop recipe's: a recipe's hash covers only its own directory, so the
-// osworld recipe carries its own copies rather than reading desktop's.
-var osworldFromDesktop = []string{
-	"99-deskfarm.rules", "autologin.conf", "bash_profile", "deskfarm-autostart",
-	"deskfarm-guestd", "deskfarm-guestd.service", "deskfarm-screen", "desktop-items-0.conf",
-	"dpkg-nodoc", "initramfs-hook", "initramfs-no-udev", "initramfs.conf", "journald.conf",
-	"modprobe-blacklist.conf", "pcmanfm.conf", "systemd.conf", "xinitrc", "xorg.conf",
-}
-
-// TestOSWorldCopiesMatchDesktop keeps the copies identical, so a fix to the
-// desktop image's boot, guest daemon or session plumbing reaches the osworld
-// image too (and changes its hash, so it is rebuilt).
-func TestOSWorldCopiesMatchDesktop(t *testing.T) {
+// TestOSWorldBuildsOnDesktop: the osworld recipe is the desktop recipe with
+// a variant. Each file it carries is used (put by variant.sh, or a desktop
+// file it replaces) and differs from the desktop's, so nothing is a stale
+// copy; the desktop files it replaces are ones the desktop build puts.
+func TestOSWorldBuildsOnDesktop(t *testing.T) {
 	fsys := embeddedRecipes()
-	for _, f := range osworldFromDesktop {
-		want, err := fs.ReadFile(fsys, path.Join("desktop", f))
+	base, err := recipeBase(fsys, "osworld")
+	if err != nil || base != "desktop" {
+		t.Fatalf("osworld's base is %q (%v), want desktop", base, err)
+	}
+	read := func(p string) []byte {
+		t.Helper()
+		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := fs.ReadFile(fsys, path.Join("osworld", f))
-		if err != nil {
-			t.Fatal(err)
+		return b
+	}
+	put := regexp.MustCompile(`(?m)^\s*put [0-7]+ (\S+) `)
+	puts := func(script []byte) map[string]bool {
+		m := map[string]bool{}
+		for _, sm := range put.FindAllSubmatch(script, -1) {
+			m[string(sm[1])] = true
 		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("recipes/osworld/%s differs from recipes/desktop/%s: copy it over", f, f)
+		return m
+	}
+	desktopPuts := puts(read("desktop/build.sh"))
+	variantPuts := puts(read("osworld/variant.sh"))
+	files, err := recipeFiles(fsys, "osworld")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		switch f {
+		case buildScript, baseFile, "variant.sh":
+			continue
 		}
+		own := read(path.Join("osworld", f))
+		if d, err := fs.ReadFile(fsys, path.Join("desktop", f)); err == nil {
+			if bytes.Equal(own, d) {
+				t.Errorf("recipes/osworld/%s is a copy of the desktop's: delete it, the base provides it", f)
+			}
+			if !desktopPuts[f] {
+				t.Errorf("recipes/osworld/%s replaces a desktop file the desktop build does not put", f)
+			}
+			continue
+		}
+		if !variantPuts[f] {
+			t.Errorf("recipes/osworld/%s is neither put by variant.sh nor a desktop file it replaces", f)
+		}
+	}
+	for f := range variantPuts {
+		if _, err := fs.Stat(fsys, path.Join("osworld", f)); err != nil {
+			t.Errorf("variant.sh puts %s, which recipes/osworld lacks", f)
+		}
+	}
+	if !strings.Contains(string(read("desktop/build.sh")), "DESKFARM_VARIANT_DIR") {
+		t.Errorf("desktop/build.sh does not take a variant")
 	}
 }

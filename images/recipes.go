@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -121,22 +123,31 @@ func sourceInputs(name string) []hashInput {
 }
 
 // hashRecipe returns the hex SHA-256 over the recipe's files (names and
-// contents, sorted by name) and the extra inputs. Each entry is framed as
+// contents, sorted by name), its base recipe's files, and the extra inputs. Each entry is framed as
 // kind NUL name NUL size NUL contents, so no two different trees share a
 // byte stream.
 func hashRecipe(fsys fs.FS, name string, extra []hashInput) (string, error) {
-	files, err := recipeFiles(fsys, name)
+	base, err := recipeBase(fsys, name)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
 	io.WriteString(h, hashVersion+"\x00")
-	for _, f := range files {
-		data, err := fs.ReadFile(fsys, path.Join(name, f))
-		if err != nil {
-			return "", fmt.Errorf("hash recipe %s: %w", name, err)
+	for _, r := range []struct{ kind, name string }{{"file", name}, {"base", base}} {
+		if r.name == "" {
+			continue
 		}
-		writeHashEntry(h, "file", f, data)
+		files, err := recipeFiles(fsys, r.name)
+		if err != nil {
+			return "", err
+		}
+		for _, f := range files {
+			data, err := fs.ReadFile(fsys, path.Join(r.name, f))
+			if err != nil {
+				return "", fmt.Errorf("hash recipe %s: %w", name, err)
+			}
+			writeHashEntry(h, r.kind, f, data)
+		}
 	}
 	sorted := append([]hashInput(nil), extra...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
@@ -151,6 +162,34 @@ func hashRecipe(fsys fs.FS, name string, extra []hashInput) (string, error) {
 		writeHashEntry(h, "input", in.Name, data)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// baseFile names, inside a recipe directory, the recipe it builds on.
+const baseFile = "base"
+
+// recipeBase returns the recipe that recipe name builds on ("" for none):
+// the name in its file "base". The base's files are extracted beside the
+// recipe's for build.sh (DESKFARM_BASE_DIR) and are part of its hash, so a
+// fix to the base rebuilds both, and the variant keeps only what differs
+// (the osworld image is the desktop recipe with more packages and its own
+// session files). One level only: a base has no base.
+func recipeBase(fsys fs.FS, name string) (string, error) {
+	data, err := fs.ReadFile(fsys, path.Join(name, baseFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("recipe %s: read %s: %w", name, baseFile, err)
+	}
+	base := strings.TrimSpace(string(data))
+	if base == name || !slices.Contains(recipeNames(fsys), base) {
+		return "", fmt.Errorf("recipe %s: %s names %q; want another recipe (known: %s)",
+			name, baseFile, base, strings.Join(recipeNames(fsys), ", "))
+	}
+	if _, err := fs.Stat(fsys, path.Join(base, baseFile)); err == nil {
+		return "", fmt.Errorf("recipe %s: its base %s has a base itself; one level is supported", name, base)
+	}
+	return base, nil
 }
 
 func writeHashEntry(w io.Writer, kind, name string, data []byte) {

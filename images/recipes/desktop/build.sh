@@ -7,6 +7,7 @@
 #
 # It writes into OUTDIR:
 #   disk.qcow2  whole-disk ext4 (no partition table, root=/dev/vda), 6 GiB virtual
+#               (the variant's disk_size)
 #   vmlinuz     Debian's regular linux-image-amd64 kernel
 #   initrd.img  a small initramfs (virtio_pci, virtio_blk, ext4 and their deps)
 #   cmdline     the kernel command line base; the VM layer appends
@@ -15,6 +16,12 @@
 # Run by deskfarm's image builder (package images) as root, with the current
 # directory a scratch work dir and:
 #   DESKFARM_RECIPE_DIR       this recipe's files
+#   DESKFARM_VARIANT_DIR      (optional) a recipe that builds on this one, such
+#                             as osworld: its variant.sh is sourced before the
+#                             build to set the image name, disk size, password,
+#                             session and extra packages, and the hooks
+#                             variant_configure and variant_check; put takes
+#                             a file from it before this directory
 #   DESKFARM_MIRROR           Debian mirror (default http://deb.debian.org/debian)
 #   DESKFARM_SECURITY_MIRROR  Debian security mirror (default
 #                             http://deb.debian.org/debian-security; empty: none)
@@ -23,16 +30,39 @@ set -euo pipefail
 
 out=${1:?usage: build.sh OUTDIR}
 recipe=${DESKFARM_RECIPE_DIR:?DESKFARM_RECIPE_DIR is not set}
+variant=${DESKFARM_VARIANT_DIR:-}
 mirror=${DESKFARM_MIRROR:-http://deb.debian.org/debian}
 security=${DESKFARM_SECURITY_MIRROR-http://deb.debian.org/debian-security}
 suite=bookworm
 work=$PWD
 root=$work/rootfs
+
+# What a variant may change (see variant.sh in the osworld recipe).
+image=desktop
+disk_size=6G
+password=user
+# the session's own programs
+session_packages=(openbox lxpanel pcmanfm lxterminal mousepad)
+extra_packages=()
+# variant_configure runs at the end of step 3, before the user's home is
+# chowned: it installs the variant's files. variant_check, if defined, is
+# a step of its own before the clean-up.
+variant_configure() { :; }
+if [ -n "$variant" ]; then
+	# shellcheck source=/dev/null
+	. "$variant/variant.sh"
+fi
 steps=6
+if declare -F variant_check >/dev/null; then
+	steps=7
+fi
+step_n=0
+step() {
+	step_n=$((step_n + 1))
+	echo "::step $step_n/$steps $1"
+}
 
-step() { echo "::step $1/$steps $2"; }
-
-# The desktop package set; --no-install-recommends keeps it to what these need.
+# The package set; --no-install-recommends keeps it to what these need.
 packages=(
 	# boot and system
 	linux-image-amd64 initramfs-tools systemd-sysv udev kmod dbus libpam-systemd
@@ -44,8 +74,7 @@ packages=(
 	xdotool dbus-x11 fonts-dejavu-core librsvg2-common
 	# the CLIPBOARD selection for clipboard actions (package guestx runs it as the user)
 	xclip
-	# the session
-	openbox lxpanel pcmanfm lxterminal mousepad
+	"${session_packages[@]}" "${extra_packages[@]}"
 )
 
 # Units that would slow boot or do background work nobody needs in a
@@ -126,16 +155,21 @@ trap unmount_all EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Installs a recipe file into the rootfs: put MODE SRC DEST.
+# Installs a recipe file into the rootfs: put MODE SRC DEST. The variant's
+# file of that name wins over this recipe's.
 put() {
-	install -D -m "$1" "$recipe/$2" "$root$3"
+	local src=$recipe/$2
+	if [ -n "$variant" ] && [ -e "$variant/$2" ]; then
+		src=$variant/$2
+	fi
+	install -D -m "$1" "$src" "$root$3"
 }
 
-step 1 "debootstrap $suite (minbase)"
+step "debootstrap $suite (minbase)"
 mkdir -p "$root"
 debootstrap --variant=minbase --components=main "$suite" "$root" "$mirror"
 
-step 2 "install desktop packages"
+step "install packages"
 mount_fs proc "$root/proc"
 mount_fs sysfs "$root/sys"
 mkdir -p "$root/dev/pts"
@@ -165,14 +199,14 @@ put 0644 modprobe-blacklist.conf /etc/modprobe.d/deskfarm-blacklist.conf
 in_root apt-get -q update
 in_root apt-get -q -y -o Dpkg::Use-Pty=0 install "${packages[@]}"
 
-step 3 "configure system and session"
+step "configure system and session"
 echo deskfarm >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\tdeskfarm\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 printf '/dev/vda\t/\text4\trw,noatime\t0\t0\n' >"$root/etc/fstab"
 echo 'LANG=C.UTF-8' >"$root/etc/default/locale"
 rm -f "$root/etc/resolv.conf" # no network in the guest
 in_root useradd --create-home --shell /bin/bash --groups sudo,video,input,audio user
-echo 'user:user' | in_root chpasswd
+echo "user:$password" | in_root chpasswd
 
 put 0644 autologin.conf /etc/systemd/system/getty@tty1.service.d/autologin.conf
 put 0644 systemd.conf /etc/systemd/system.conf.d/deskfarm.conf
@@ -196,6 +230,7 @@ put 0644 pcmanfm.conf $home/.config/pcmanfm/deskfarm/pcmanfm.conf
 put 0644 desktop-items-0.conf $home/.config/pcmanfm/deskfarm/desktop-items-0.conf
 put 0644 libfm.conf $home/.config/libfm/libfm.conf
 mkdir -p "$root$home/Desktop"
+variant_configure
 in_root chown -R user:user $home
 
 in_root systemctl mask "${masked_units[@]}"
@@ -216,7 +251,12 @@ for m in virtio_pci virtio_blk ext4; do
 	fi
 done
 
-step 4 "clean up the root file system"
+if declare -F variant_check >/dev/null; then
+	step "check the $image image's commands"
+	variant_check
+fi
+
+step "clean up the root file system"
 for d in "${pruned_modules[@]}"; do
 	rm -rf "$root/lib/modules/$kver/kernel/$d"
 done
@@ -240,15 +280,15 @@ find "$root/usr/share/fonts" "$root/usr/local/share/fonts" -type d 2>/dev/null |
 in_root fc-cache -s -f
 unmount_all
 
-step 5 "make the ext4 file system"
+step "make the ext4 file system"
 rm -f "$work/disk.raw"
-truncate -s 6G "$work/disk.raw"
+truncate -s "$disk_size" "$work/disk.raw"
 # Initialise inode tables and journal now: otherwise the guest kernel does
 # it in the background on every first boot, writing into each VM's overlay.
 mkfs.ext4 -q -F -L deskfarm-root -d "$root" \
 	-E lazy_itable_init=0,lazy_journal_init=0,root_owner=0:0 "$work/disk.raw"
 
-step 6 "convert to qcow2, copy kernel and initrd"
+step "convert to qcow2, copy kernel and initrd"
 qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$out/disk.qcow2"
 rm -f "$work/disk.raw"
 cp "$root/boot/vmlinuz-$kver" "$out/vmlinuz"
@@ -256,4 +296,4 @@ cp "$root/boot/initrd.img-$kver" "$out/initrd.img"
 # console=ttyS0: boot messages for whoever logs the serial port. Under TCG
 # the CPU does not speculate, so the mitigations only cost time.
 echo "root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=3 mitigations=off" >"$out/cmdline"
-echo "built $suite desktop image: kernel $kver, $(du -sh "$out/disk.qcow2" | cut -f1) qcow2"
+echo "built $suite $image image: kernel $kver, $(du -sh "$out/disk.qcow2" | cut -f1) qcow2"
