@@ -41,7 +41,12 @@ type DialFunc func(ctx context.Context, vm vmm.VM, log *slog.Logger) (Display, e
 // VNCDisplay is a Display over a vnc.Client.
 type VNCDisplay struct{ *vnc.Client }
 
-var _ Display = VNCDisplay{}
+var (
+	_ Display = VNCDisplay{}
+	// The client's FrameCache comes with it: every RFB server showing
+	// Frames shares encoded full frames (issue 9).
+	_ vnc.SharedFrameSource = VNCDisplay{}
+)
 
 // Damage subscribes to the client's framebuffer changes.
 func (d VNCDisplay) Damage() (<-chan vnc.Damage, func()) {

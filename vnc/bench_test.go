@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"image"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
+	"time"
 
 	govnc "github.com/mitchellh/go-vnc"
 )
@@ -181,5 +184,91 @@ func BenchmarkServerEncode1280x800(b *testing.B) {
 				buf = enc.appendRow(buf[:0], img.Pix)
 			}
 		})
+	}
+}
+
+// mirrorSource is a FrameSource over a mirror, the Client's framebuffer,
+// without the sharing: each Server snapshots and encodes by itself.
+type mirrorSource struct{ m *mirror }
+
+func (s mirrorSource) SnapshotRaw() *image.RGBA            { return s.m.snapshot(nil) }
+func (s mirrorSource) Damage() (<-chan Damage, func())     { return nil, func() {} }
+func (s mirrorSource) FrameVersion() (uint64, image.Point) { return s.m.frameVersion() }
+func (s mirrorSource) ReadFrame(f func(*image.RGBA, uint64)) {
+	s.m.readFrame(f)
+}
+
+// sharedMirrorSource is a mirrorSource whose Servers share full frames, as
+// the Client's do.
+type sharedMirrorSource struct {
+	mirrorSource
+	fc *FrameCache
+}
+
+func (s sharedMirrorSource) FullFrames() *FrameCache { return s.fc }
+
+// discardConn is a viewer that takes every write at once.
+type discardConn struct{}
+
+func (discardConn) Read([]byte) (int, error)         { return 0, io.EOF }
+func (discardConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (discardConn) Close() error                     { return nil }
+func (discardConn) SetReadDeadline(time.Time) error  { return nil }
+func (discardConn) SetWriteDeadline(time.Time) error { return nil }
+
+// BenchmarkServerFullFrames is the Server's cost of N viewers (noVNC's
+// RGBX format) each asking for the whole 1920x1080 screen at one new
+// version of the source, as when a takeover page and OSWorld's VNC clients
+// connect together: each op changes the source, then every viewer's
+// Server answers a full-frame request. "copy" is each Server snapshotting
+// and encoding the frame itself (the path of a source that does not share);
+// "shared" is the FrameCache: one encode per op, the same bytes written N
+// times. Writes go to a viewer that takes them at once.
+func BenchmarkServerFullFrames(b *testing.B) {
+	const w, h = 1920, 1080
+	for _, n := range []int{1, 4, 16} {
+		for _, mode := range []string{"copy", "shared"} {
+			b.Run(fmt.Sprintf("viewers=%d/%s", n, mode), func(b *testing.B) {
+				m := newMirror(w, h)
+				copy(m.img.Pix, gradient(w, h).Pix)
+				var src FrameSource = mirrorSource{m}
+				if mode == "shared" {
+					src = sharedMirrorSource{mirrorSource{m}, NewFrameCache(mirrorSource{m})}
+				}
+				srv := &Server{Source: src, Log: slog.New(slog.DiscardHandler)}
+				enc, err := newEncoder(novncFormat)
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns := make([]*serverConn, n)
+				for i := range conns {
+					c := &serverConn{srv: srv, conn: discardConn{}, log: srv.Log, writeTimeout: time.Second,
+						enc: enc, size: image.Pt(w, h), held: map[uint32]bool{}, wake: make(chan struct{}, 1)}
+					if sh, ok := src.(SharedFrameSource); ok {
+						c.frames = sh.FullFrames()
+					}
+					conns[i] = c
+				}
+				b.SetBytes(int64(n * w * h * 4))
+				b.ReportAllocs()
+				for i := range b.N {
+					m.mu.Lock() // a change: one pixel, a new version
+					m.img.Pix[0] = byte(i)
+					m.version++
+					m.mu.Unlock()
+					for _, c := range conns {
+						c.mu.Lock()
+						c.want, c.damage = true, m.img.Rect
+						c.mu.Unlock()
+						if err := c.maybeUpdate(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if got := conns[0].stats.Updates; got != b.N {
+					b.Fatalf("%d updates for %d ops", got, b.N)
+				}
+			})
+		}
 	}
 }

@@ -99,9 +99,10 @@ type Stats struct {
 // path. It reconnects by itself when the connection drops. All methods are
 // safe for concurrent use.
 type Client struct {
-	cfg Config
-	log *slog.Logger
-	fb  *mirror
+	cfg    Config
+	log    *slog.Logger
+	fb     *mirror
+	frames *FrameCache // full frames encoded for Servers showing this client
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -137,6 +138,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		changed: make(chan struct{}),
 		subs:    map[*Subscription]struct{}{},
 	}
+	c.frames = NewFrameCache(c)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	start := time.Now()
 	c.log.Debug("vnc dial started", "vm", cfg.VM, "op", "vnc.dial", "socket", cfg.Socket)
@@ -362,6 +364,19 @@ func (c *Client) Snapshot() *image.RGBA {
 
 // SnapshotRaw returns a copy of the mirror without the cursor.
 func (c *Client) SnapshotRaw() *image.RGBA { return c.fb.snapshot(nil) }
+
+// FrameVersion returns the mirror's version and size. The version grows
+// with every update that changes its pixels or size (not the cursor).
+func (c *Client) FrameVersion() (uint64, image.Point) { return c.fb.frameVersion() }
+
+// ReadFrame calls f with the mirror, without the cursor, and its version.
+// Updates wait until f returns, so f must be quick; it must neither keep
+// nor modify img.
+func (c *Client) ReadFrame(f func(img *image.RGBA, version uint64)) { c.fb.readFrame(f) }
+
+// FullFrames returns the cache through which every Server showing this
+// client shares encoded full frames.
+func (c *Client) FullFrames() *FrameCache { return c.frames }
 
 // Cursor returns a copy of the server's cursor image and its hotspot, or
 // nil if the server defined none.

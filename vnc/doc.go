@@ -154,6 +154,22 @@
 // WireFormat is byte for byte the message QEMU 7.2 sends for it
 // (TestServerFrameIsQEMUs, on the capture in testdata).
 //
+// Full frames are shared (issue 9). Every viewer asks for the whole screen
+// when it connects and after a resize, and a VM may have several: takeover
+// pages, the OSWorld VNC port, RFB proxy clients. A source that is a
+// [SharedFrameSource] (the Client, and desk's display that embeds it)
+// owns a [FrameCache]: an update of the whole framebuffer is encoded once
+// per pixel format and framebuffer version, straight from the source under
+// its read lock (no snapshot copy), by the first Server that needs it;
+// Servers that ask meanwhile wait for that encode, later ones at the same
+// version write the same bytes. No lock is held during writes, and each
+// Server keeps its own write deadline. The cache keeps only the latest
+// frame per format (at most four formats), drops frames of another size,
+// and lets go of a frame unused for a few seconds. The Client's version
+// counts updates that change pixels or size, so QEMU's one-pixel answers
+// on an idle screen keep the cached frame valid. Incremental updates stay
+// per connection: damage is each viewer's own.
+//
 // Input: key, pointer and QEMU messages are always read. They reach the
 // [InputSink] only while InputAllowed says so (web: the connection's
 // control token is still the VM's current one); otherwise they are dropped.

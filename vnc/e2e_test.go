@@ -33,9 +33,9 @@ func requireTinyVM(t *testing.T) { testenv.RequireVM(t, "tiny") }
 
 func startTinyVM(t *testing.T) (*vmm.Manager, vmm.VM) {
 	t.Helper()
+	m := testenv.Manager(t, "tiny") // may wait for another test process's run
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	m := testenv.Manager(t, "tiny")
 	start := time.Now()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
 	if err != nil {

@@ -38,6 +38,9 @@ type mirror struct {
 	mu  sync.RWMutex
 	img *image.RGBA
 	cur cursor
+	// version counts changes of img's pixels or size (not of the cursor):
+	// a FrameCache keys encoded frames by it.
+	version uint64
 }
 
 func newMirror(w, h int) *mirror {
@@ -66,7 +69,23 @@ func (m *mirror) resize(w, h int) Damage {
 		return Damage{}
 	}
 	m.img = opaqueBlack(w, h)
+	m.version++
 	return Damage{Rect: m.img.Rect, Resized: true}
+}
+
+// frameVersion returns the version and size of the framebuffer.
+func (m *mirror) frameVersion() (uint64, image.Point) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.version, m.img.Rect.Size()
+}
+
+// readFrame calls f with the framebuffer and its version under the read
+// lock: updates wait until f returns.
+func (m *mirror) readFrame(f func(img *image.RGBA, version uint64)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f(m.img, m.version)
 }
 
 // effect is what applying one update did.
@@ -82,6 +101,11 @@ func (m *mirror) apply(u *Update, conv converter) (effect, error) {
 	eff.response = u.IsResponse()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer func() {
+		if !eff.Rect.Empty() || eff.Resized {
+			m.version++
+		}
+	}()
 	for i, r := range u.Rects {
 		switch r.Encoding {
 		case EncodingRaw:

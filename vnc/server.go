@@ -163,7 +163,8 @@ type serverConn struct {
 	conn         ServerConn
 	log          *slog.Logger
 	writeTimeout time.Duration
-	wbuf         []byte // main loop only
+	wbuf         []byte      // main loop only
+	frames       *FrameCache // the source's shared full frames, or nil
 
 	mu        sync.Mutex // guards the update state, set by the reader
 	enc       encoder
@@ -183,8 +184,12 @@ type serverConn struct {
 func (c *serverConn) serve(ctx context.Context) error {
 	damage, cancel := c.srv.Source.Damage()
 	defer cancel()
-	img := c.srv.Source.SnapshotRaw()
-	c.size = img.Rect.Size()
+	if sh, ok := c.srv.Source.(SharedFrameSource); ok && sh.FullFrames() != nil {
+		c.frames = sh.FullFrames()
+		_, c.size = c.frames.src.FrameVersion()
+	} else {
+		c.size = c.srv.Source.SnapshotRaw().Rect.Size()
+	}
 	if err := checkFramebufferSize(c.size.X, c.size.Y); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -462,73 +467,138 @@ func (c *serverConn) releaseLocked(why string) {
 	c.log.Debug("released viewer input", "vm", c.srv.VM, "op", "vnc.serve", "why", why, "keys", len(keys))
 }
 
+// update is one FramebufferUpdate to send: either a whole frame shared with
+// other viewers, or a region of a snapshot encoded for this viewer.
+type update struct {
+	resized bool        // goes with DesktopSize first
+	size    image.Point // of the framebuffer
+	shared  *sharedFrame
+	img     *image.RGBA
+	r       image.Rectangle
+	enc     encoder
+}
+
 // maybeUpdate sends one FramebufferUpdate if the viewer asked for one and
 // something in its region changed (or the framebuffer changed size).
 func (c *serverConn) maybeUpdate() error {
 	c.mu.Lock()
-	if !c.want {
-		c.mu.Unlock()
-		return nil
+	u, err := c.nextUpdateLocked()
+	c.mu.Unlock()
+	if err != nil || u == nil {
+		return err
 	}
-	img := c.srv.Source.SnapshotRaw()
-	size := img.Rect.Size()
-	resized := size != c.size
+	if u.shared != nil {
+		err = c.sendShared(u)
+	} else {
+		err = c.sendRegion(u)
+	}
+	if err != nil {
+		return fmt.Errorf("write update: %w", err)
+	}
+	c.stats.Updates++
+	return nil
+}
+
+// nextUpdateLocked decides what the pending request gets, if anything, and
+// takes the pixels; a nil update means nothing to send yet. Called with mu
+// held, so a request that arrives meanwhile is not lost.
+func (c *serverConn) nextUpdateLocked() (*update, error) {
+	if !c.want {
+		return nil, nil
+	}
+	var img *image.RGBA
+	var size image.Point
+	if c.frames != nil {
+		_, size = c.frames.src.FrameVersion() // no copy until we know what to send
+	} else {
+		img = c.srv.Source.SnapshotRaw()
+		size = img.Rect.Size()
+	}
+	u := &update{size: size, resized: size != c.size}
 	// Like QEMU (vnc_update_client sends its whole dirty map), an update
 	// carries everything that changed, not only the requested region: the
 	// Client asks for one pixel per request and relies on that (see the
 	// package documentation), and noVNC always asks for the whole
 	// framebuffer, so to it this is the same.
-	r := c.damage.Intersect(img.Rect)
-	if resized {
-		if err := checkFramebufferSize(size.X, size.Y); err != nil {
-			c.mu.Unlock()
-			return fmt.Errorf("resize: %w", err)
+	full := image.Rectangle{Max: size}
+	u.r = c.damage.Intersect(full)
+	if u.resized {
+		u.r = full
+	}
+	if u.r.Empty() {
+		return nil, nil
+	}
+	switch {
+	case c.frames != nil && u.r == full:
+		f, err := c.frames.frame(c.enc)
+		if err != nil {
+			return nil, fmt.Errorf("full frame: %w", err)
+		}
+		// The frame may be newer than size, even of another size.
+		u.shared, u.size, u.resized = f, f.size, f.size != c.size
+	case img == nil:
+		img = c.srv.Source.SnapshotRaw()
+		if img.Rect.Size() != size { // resized since FrameVersion
+			u.size, u.resized, u.r = img.Rect.Size(), img.Rect.Size() != c.size, img.Rect
+		}
+	}
+	if u.resized {
+		if err := checkFramebufferSize(u.size.X, u.size.Y); err != nil {
+			return nil, fmt.Errorf("resize: %w", err)
 		}
 		if !c.desktopSz {
-			c.mu.Unlock()
-			return fmt.Errorf("framebuffer resized to %dx%d and the viewer does not take DesktopSize", size.X, size.Y)
+			return nil, fmt.Errorf("framebuffer resized to %dx%d and the viewer does not take DesktopSize", u.size.X, u.size.Y)
 		}
-		c.size, r = size, img.Rect
 	}
-	if r.Empty() && !resized {
-		c.mu.Unlock()
-		return nil
-	}
+	u.img, u.enc = img, c.enc
+	c.size = u.size
 	c.want, c.damage = false, image.Rectangle{}
-	enc := c.enc
-	c.mu.Unlock()
+	return u, nil
+}
 
-	var bands []image.Rectangle
-	if !r.Empty() {
-		rows := max(1, maxBandPixels/r.Dx())
-		for y := r.Min.Y; y < r.Max.Y; y += rows {
-			bands = append(bands, image.Rect(r.Min.X, y, r.Max.X, min(y+rows, r.Max.Y)))
+// sendShared writes a shared full frame: its messages as they are, after a
+// message header and DesktopSize of their own if the size changed.
+func (c *serverConn) sendShared(u *update) error {
+	msgs := u.shared.msgs
+	if u.resized {
+		b := appendUpdateHeader(c.wbuf[:0], len(msgs)+1)
+		b = appendRectHeader(b, image.Rectangle{Max: u.size}, EncodingDesktopSize)
+		c.wbuf = b
+		if err := c.write(b); err != nil {
+			return err
+		}
+		// The first message without its header: the rectangles follow.
+		msgs = append([][]byte{msgs[0][4:]}, msgs[1:]...)
+	}
+	for _, m := range msgs {
+		if err := c.write(m); err != nil {
+			return err
 		}
 	}
-	n := len(bands)
-	if resized {
+	return nil
+}
+
+// sendRegion encodes region u.r of u.img for this viewer and writes it, one
+// band per Write.
+func (c *serverConn) sendRegion(u *update) error {
+	bs := bands(u.r)
+	n := len(bs)
+	if u.resized {
 		n++
 	}
 	b := appendUpdateHeader(c.wbuf[:0], n)
-	if resized {
-		b = appendRectHeader(b, image.Rectangle{Max: size}, EncodingDesktopSize)
+	if u.resized {
+		b = appendRectHeader(b, image.Rectangle{Max: u.size}, EncodingDesktopSize)
 	}
-	for i, band := range bands {
+	for i, band := range bs {
 		if i > 0 {
 			if err := c.write(b); err != nil {
-				return fmt.Errorf("write update: %w", err)
+				return err
 			}
 			b = b[:0]
 		}
-		b = appendRectHeader(b, band, EncodingRaw)
-		for y := band.Min.Y; y < band.Max.Y; y++ {
-			b = enc.appendRow(b, img.Pix[img.PixOffset(band.Min.X, y):img.PixOffset(band.Max.X, y)])
-		}
+		b = appendBand(b, u.enc, u.img, band)
 	}
 	c.wbuf = b
-	if err := c.write(b); err != nil {
-		return fmt.Errorf("write update: %w", err)
-	}
-	c.stats.Updates++
-	return nil
+	return c.write(b)
 }

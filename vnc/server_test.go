@@ -20,12 +20,17 @@ import (
 	"time"
 )
 
-// testSource is a FrameSource whose framebuffer tests change by hand.
+// testSource is a FrameSource whose framebuffer tests change by hand. It
+// is also VersionedFrames (see sharedSource) and counts the calls to both.
 type testSource struct {
-	mu     sync.Mutex
-	img    *image.RGBA
-	subs   map[chan Damage]struct{}
-	closed bool
+	mu      sync.Mutex
+	img     *image.RGBA
+	subs    map[chan Damage]struct{}
+	closed  bool
+	version uint64
+
+	snapshots, reads, versions atomic.Int64  // calls to SnapshotRaw, ReadFrame, FrameVersion
+	hold                       chan struct{} // if set, ReadFrame waits for it to close
 }
 
 func newTestSource(img *image.RGBA) *testSource {
@@ -46,12 +51,46 @@ func gradient(w, h int) *image.RGBA {
 }
 
 func (s *testSource) SnapshotRaw() *image.RGBA {
+	s.snapshots.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := *s.img
 	c.Pix = bytes.Clone(s.img.Pix)
 	return &c
 }
+
+func (s *testSource) FrameVersion() (uint64, image.Point) {
+	s.versions.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, s.img.Rect.Size()
+}
+
+func (s *testSource) ReadFrame(f func(*image.RGBA, uint64)) {
+	s.reads.Add(1)
+	s.mu.Lock()
+	hold := s.hold
+	s.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s.img, s.version)
+}
+
+// sharedSource is a testSource whose Servers share full frames.
+type sharedSource struct {
+	*testSource
+	cache *FrameCache
+}
+
+func newSharedSource(img *image.RGBA) sharedSource {
+	s := newTestSource(img)
+	return sharedSource{s, NewFrameCache(s)}
+}
+
+func (s sharedSource) FullFrames() *FrameCache { return s.cache }
 
 func (s *testSource) Damage() (<-chan Damage, func()) {
 	ch := make(chan Damage, 1)
@@ -88,6 +127,7 @@ func (s *testSource) draw(r image.Rectangle, col color.RGBA) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fillRect(s.img, r, col)
+	s.version++
 	s.notifyLocked(Damage{Rect: r.Intersect(s.img.Rect)})
 }
 
@@ -96,6 +136,7 @@ func (s *testSource) resize(w, h int, col color.RGBA) {
 	defer s.mu.Unlock()
 	s.img = image.NewRGBA(image.Rect(0, 0, w, h))
 	fillRect(s.img, s.img.Rect, col)
+	s.version++
 	s.notifyLocked(Damage{Rect: s.img.Rect, Resized: true})
 }
 
