@@ -52,7 +52,12 @@ func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) windows(ctx context.Context) ([]window, error) {
-	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: time.Minute})
+	return h.windowsWithin(ctx, time.Minute)
+}
+
+// windowsWithin lists the windows, giving the guest at most timeout.
+func (h *Handler) windowsWithin(ctx context.Context, timeout time.Duration) ([]window, error) {
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: timeout})
 	if err != nil {
 		return nil, err
 	}
