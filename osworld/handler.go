@@ -106,6 +106,7 @@ func NewHandler(g Guest, opts Options) *Handler {
 		{"POST /run_bash_script", h.runBashScript},
 		{"POST /file", h.file},
 		{"POST /setup/upload", h.upload},
+		{"POST /setup/download_file", h.downloadFile},
 		{"POST /setup/launch", h.launch},
 		{"POST /setup/open_file", h.openFile},
 		{"POST /setup/activate_window", h.windowAction("a")},
