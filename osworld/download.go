@@ -44,7 +44,7 @@ func (h *Handler) downloadFile(w http.ResponseWriter, r *http.Request) {
 		failed(fmt.Sprintf("Invalid URL %q: only http:// and https:// URLs with a host can be downloaded", req.URL))
 		return
 	}
-	p := absGuestPath(expandPath(req.Path, h.opts.User, h.opts.Home), h.opts.Home)
+	p := absGuestPath(expandPath(req.Path, DefaultUser, DefaultHome), DefaultHome)
 	start := time.Now()
 	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"python3", "-", req.URL, p}, Stdin: downloadScript, Timeout: downloadTimeout})
 	if r.Context().Err() != nil {

@@ -53,7 +53,8 @@ func TestE2EOSWorldVerifyAndDownload(t *testing.T) {
 		code, v := verify(t, map[string]any{"command": "xterm -title deskfarm-verify-e2e >/dev/null 2>&1 &", "shell": true,
 			"verification": map[string]any{"window_exists": "DESKFARM-Verify-E2E"}, "max_wait_time": 180})
 		if code != 200 || v.Status != "success" || v.Verification != "passed" {
-			t.Fatalf("%d %+v", code, v)
+			diag := c.exec("sh", "-c", "wmctrl -l; pgrep -a xterm; timeout 10 xterm -title diag -e true; echo xterm exit $?")
+			t.Fatalf("%d %+v; in the guest: %+v", code, v, diag)
 		}
 		if out := c.exec("wmctrl", "-l"); !strings.Contains(out.Output, "deskfarm-verify-e2e") {
 			t.Fatalf("window gone after a pass: %q", out.Output)

@@ -41,8 +41,6 @@ const (
 type Options struct {
 	// VM names the VM in logs.
 	VM string
-	// User and Home are the desktop user; default DefaultUser, DefaultHome.
-	User, Home string
 	// OpenTimeout bounds /setup/open_file; default DefaultOpenTimeout.
 	OpenTimeout time.Duration
 	// Recorder encodes /start_recording's video; default an FFmpeg with
@@ -75,12 +73,6 @@ type Handler struct {
 
 // NewHandler returns the OSWorld handler of one VM.
 func NewHandler(g Guest, opts Options) *Handler {
-	if opts.User == "" {
-		opts.User = DefaultUser
-	}
-	if opts.Home == "" {
-		opts.Home = DefaultHome
-	}
 	if opts.OpenTimeout == 0 {
 		opts.OpenTimeout = DefaultOpenTimeout
 	}
@@ -209,7 +201,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "execute", http.StatusBadRequest, err)
 		return
 	}
-	c, err := parseCommand(body, h.opts.Home)
+	c, err := parseCommand(body, DefaultHome)
 	if err != nil {
 		// OSWorld's server raises inside its try (subprocess.run of a bad
 		// command): a 500 with status error.
@@ -345,7 +337,7 @@ func (h *Handler) runBashScript(w http.ResponseWriter, r *http.Request) {
 	}
 	dir := ""
 	if req.WorkingDir != "" {
-		dir = expandPath(req.WorkingDir, h.opts.User, h.opts.Home)
+		dir = expandPath(req.WorkingDir, DefaultUser, DefaultHome)
 		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", dir}, Timeout: time.Minute})
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
@@ -424,7 +416,7 @@ func (h *Handler) file(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "file_path is required"})
 		return
 	}
-	p = absGuestPath(expandPath(p, h.opts.User, h.opts.Home), h.opts.Home)
+	p = absGuestPath(expandPath(p, DefaultUser, DefaultHome), DefaultHome)
 	code, err := h.exists(r.Context(), p)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to serve file: " + err.Error()})
@@ -474,7 +466,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})
 		return
 	}
-	p = absGuestPath(expandPath(p, h.opts.User, h.opts.Home), h.opts.Home)
+	p = absGuestPath(expandPath(p, DefaultUser, DefaultHome), DefaultHome)
 	if err := h.g.WriteFile(r.Context(), p, data); err != nil {
 		h.log.Warn("osworld upload failed", "vm", h.opts.VM, "op", "upload", "path", p, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})
