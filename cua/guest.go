@@ -42,10 +42,6 @@ func (g FarmGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResul
 // well under a second, but a TCG guest under load can be slow.
 const guestCallTimeout = 60 * time.Second
 
-// sessionPath is PATH for Cua's commands: the session's plus the sbin
-// directories.
-const sessionPath = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-
 // session runs programs as the desktop user in its X session (package
 // guestx), starting in home.
 type session struct {
@@ -64,7 +60,7 @@ func (b boundGuest) Exec(ctx context.Context, _ string, req vmm.ExecRequest) (vm
 // run runs argv as the user. A non-zero exit is not an error here.
 func (s session) run(ctx context.Context, stdin []byte, timeout time.Duration, argv ...string) (vmm.ExecResult, error) {
 	return guestx.Run(ctx, boundGuest{s.g}, s.vm, guestx.Cmd{Argv: argv, Dir: s.home, Stdin: stdin,
-		Env: []string{sessionPath, "SHELL=/bin/sh"}, Timeout: timeout})
+		Env: []string{guestx.SbinPath, "SHELL=/bin/sh"}, Timeout: timeout})
 }
 
 // check runs argv as the user and turns a non-zero exit into an error

@@ -52,6 +52,11 @@ var SessionEnv = []string{
 	"XDG_MENU_PREFIX=lxde-",
 }
 
+// SbinPath is an Env entry for PATH with the sbin directories too: what
+// the servers that OSWorld's and Cua's clients expect run with, so their
+// commands find admin tools by name as there.
+const SbinPath = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
 // Execer is what guestx needs from the VM layer: vmm.Farm's Exec.
 type Execer interface {
 	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)

@@ -73,11 +73,6 @@ const (
 	DefaultHome = guestx.Home
 )
 
-// sessionPath is PATH for OSWorld's commands: the session's plus the sbin
-// directories, which OSWorld's tasks call programs from (its server runs
-// with a login PATH that has them).
-const sessionPath = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-
 // VMFarm is what VMGuest needs from the VM layer (a vmm.Farm has it).
 type VMFarm interface {
 	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
@@ -99,7 +94,7 @@ var _ Guest = (*VMGuest)(nil)
 // Run runs c as the desktop user in its session.
 func (g *VMGuest) Run(ctx context.Context, c Cmd) (Result, error) {
 	res, err := guestx.Run(ctx, g.Farm, g.VM, guestx.Cmd{Argv: c.Argv, Dir: c.Dir, Stdin: c.Stdin, MergeStderr: c.MergeStderr,
-		Env: []string{sessionPath}, Timeout: c.Timeout})
+		Env: []string{guestx.SbinPath}, Timeout: c.Timeout})
 	if err != nil {
 		return Result{}, err
 	}
