@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -37,42 +38,29 @@ func (g FarmGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResul
 }
 
 // guestCallTimeout bounds the short guest calls (file commands, clipboard,
-// xdotool): a qemu-ga exec round trip plus runuser takes well under a
-// second, but a TCG guest under load can be slow.
+// xdotool): a qemu-ga exec round trip plus the switch to the user takes
+// well under a second, but a TCG guest under load can be slow.
 const guestCallTimeout = 60 * time.Second
 
-// sessionScript runs "$@" (after the user name and home) as the desktop
-// user, in its home, with its X session's environment. The session's D-Bus
-// address is random (dbus-launch in images/recipes/desktop/deskfarm-session),
-// so DISPLAY, XAUTHORITY, DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR are
-// copied from the user's window manager when it runs; the defaults are the
-// desktop image's (startx on :0 with ~/.Xauthority).
-const sessionScript = `u=$1 home=$2; shift 2
-cd "$home" 2>/dev/null || cd /
-uid=$(id -u "$u") || exit 126
-sess=
-pid=$(pgrep -n -u "$u" -x openbox || pgrep -n -u "$u" -x Xorg) && sess=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(DISPLAY|XAUTHORITY|DBUS_SESSION_BUS_ADDRESS|XDG_RUNTIME_DIR)=')
-IFS='
-'
-set -f
-exec runuser -u "$u" -- env HOME="$home" USER="$u" LOGNAME="$u" SHELL=/bin/sh \
-	PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin \
-	DISPLAY=:0 XAUTHORITY="$home/.Xauthority" XDG_RUNTIME_DIR="/run/user/$uid" $sess "$@"`
-
-// session runs programs as the desktop user.
+// session runs programs as the desktop user in its X session (package
+// guestx), starting in home.
 type session struct {
-	g          Guest
-	user, home string
+	g    Guest
+	vm   string
+	home string
 }
 
-// argv is the root argv that runs argv as the user.
-func (s session) argv(argv ...string) []string {
-	return append([]string{"sh", "-c", sessionScript, "deskfarm-cua", s.user, s.home}, argv...)
+// boundGuest is a Guest as guestx's Execer (the VM is already chosen).
+type boundGuest struct{ g Guest }
+
+func (b boundGuest) Exec(ctx context.Context, _ string, req vmm.ExecRequest) (vmm.ExecResult, error) {
+	return b.g.Exec(ctx, req)
 }
 
 // run runs argv as the user. A non-zero exit is not an error here.
 func (s session) run(ctx context.Context, stdin []byte, timeout time.Duration, argv ...string) (vmm.ExecResult, error) {
-	return s.g.Exec(ctx, vmm.ExecRequest{Argv: s.argv(argv...), Stdin: stdin, Timeout: timeout})
+	return guestx.Run(ctx, boundGuest{s.g}, s.vm, guestx.Cmd{Argv: argv, Dir: s.home, Stdin: stdin,
+		Env: []string{guestx.SbinPath, "SHELL=/bin/sh"}, Timeout: timeout})
 }
 
 // check runs argv as the user and turns a non-zero exit into an error

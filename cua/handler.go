@@ -14,6 +14,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/gorilla/websocket"
 )
 
@@ -39,11 +40,9 @@ type Target struct {
 
 // Options configures a Handler. The zero value serves the desktop image.
 type Options struct {
-	// User is the desktop user that guest commands run as; "" means
-	// DefaultUser.
-	User string
-	// Home is User's home, where relative paths resolve; "" means
-	// /home/User.
+	// Home is where relative paths resolve and guest commands start; ""
+	// means the desktop user's home (guestx.Home). Commands always run as
+	// the desktop user, guestx.User.
 	Home string
 	// CheckOrigin decides whether a websocket upgrade may come from the
 	// request's Origin; nil accepts requests without an Origin header and
@@ -52,9 +51,6 @@ type Options struct {
 	// Log gets one debug line per command; nil means slog.Default().
 	Log *slog.Logger
 }
-
-// DefaultUser is the desktop image's user (images/recipes/desktop).
-const DefaultUser = "user"
 
 // Limits. Cua's client refuses websocket frames over 10 MiB
 // (websocket_max_size) and sends files over 5 MiB in 1 MiB chunks; a
@@ -79,11 +75,8 @@ type Handler struct {
 
 // NewHandler returns the handler for t.
 func NewHandler(t Target, opts Options) *Handler {
-	if opts.User == "" {
-		opts.User = DefaultUser
-	}
 	if opts.Home == "" {
-		opts.Home = "/home/" + opts.User
+		opts.Home = guestx.Home
 	}
 	if opts.CheckOrigin == nil {
 		opts.CheckOrigin = sameOrigin
@@ -92,7 +85,7 @@ func NewHandler(t Target, opts Options) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Handler{t: t, s: session{g: t.Guest, user: opts.User, home: opts.Home}, opts: opts, log: log}
+	return &Handler{t: t, s: session{g: t.Guest, vm: t.VM, home: opts.Home}, opts: opts, log: log}
 }
 
 // ServeHTTP routes /cmd, /ws, /status and the refused Cua routes.

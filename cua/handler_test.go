@@ -23,6 +23,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/gorilla/websocket"
 )
@@ -127,12 +128,12 @@ type hostGuest struct {
 }
 
 func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
-	want := []string{"sh", "-c", sessionScript, "deskfarm-cua", DefaultUser, g.home}
-	if len(req.Argv) <= len(want) || !slices.Equal(req.Argv[:len(want)], want) {
-		g.t.Errorf("guest call not wrapped as the desktop user: %q", req.Argv)
+	c, ok := guestx.Unwrap(req)
+	if !ok || c.Dir != g.home {
+		g.t.Errorf("guest call not wrapped as the desktop user from its home: %q", req.Argv)
 		return vmm.ExecResult{}, errors.New("fake: not wrapped")
 	}
-	argv := req.Argv[len(want):]
+	argv := c.Argv
 	switch {
 	case argv[0] == "xdotool":
 		g.mu.Lock()
@@ -653,9 +654,9 @@ func TestEncode(t *testing.T) {
 	}
 }
 
-// The session wrapper is valid sh, and so are the file scripts.
+// The file scripts are valid sh.
 func TestScriptsParse(t *testing.T) {
-	for name, s := range map[string]string{"session": sessionScript, "list_dir": listDirScript,
+	for name, s := range map[string]string{"list_dir": listDirScript,
 		"read_bytes": readBytesScript, "clip_get": clipGetScript, "clip_set": clipSetScript, "launch": launchScript} {
 		if out, err := exec.Command("sh", "-n", "-c", s).CombinedOutput(); err != nil {
 			t.Errorf("%s script: %v %s", name, err, out)

@@ -17,6 +17,7 @@
 package guestx
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,8 +29,9 @@ import (
 
 // Session facts of the desktop image.
 const (
-	// User is the desktop user the session runs as.
+	// User is the desktop user the session runs as, and Home its home.
 	User = "user"
+	Home = "/home/" + User
 	// Display is the session's X display.
 	Display = ":0"
 )
@@ -50,6 +52,11 @@ var SessionEnv = []string{
 	"XDG_MENU_PREFIX=lxde-",
 }
 
+// SbinPath is an Env entry for PATH with the sbin directories too: what
+// the servers that OSWorld's and Cua's clients expect run with, so their
+// commands find admin tools by name as there.
+const SbinPath = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
 // Execer is what guestx needs from the VM layer: vmm.Farm's Exec.
 type Execer interface {
 	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
@@ -68,12 +75,34 @@ type Cmd struct {
 	Env []string
 	// Dir is the working directory; "" means the user's home.
 	Dir string
+	// MergeStderr sends stderr to stdout, as subprocess's stderr=STDOUT.
+	MergeStderr bool
 	// Timeout bounds the run; 0 means vmm.DefaultExecTimeout.
 	Timeout time.Duration
 }
 
 // ErrInvalid means a Cmd was malformed.
 var ErrInvalid = errors.New("invalid guest session command")
+
+// ErrNotFound means Argv's program is not on the session's PATH: nothing
+// ran (the exec that raises in Python, as opposed to a program that ran and
+// exited 127).
+var ErrNotFound = errors.New("program not found in the guest session")
+
+// notFoundMarker starts the line the launcher writes on stderr, with exit
+// code 127, when the program is not on PATH.
+const notFoundMarker = "deskfarm-guestx: command not found: "
+
+// launcher runs as the user inside the session's environment: it tells a
+// missing program (ErrNotFound) from one that exits 127, merges stderr into
+// stdout when $1 is 1, and becomes the program.
+const launcher = `if ! command -v "$2" >/dev/null 2>&1; then
+	echo "` + notFoundMarker + `$2" >&2
+	exit 127
+fi
+if [ "$1" = 1 ]; then exec 2>&1; fi
+shift
+exec "$@"`
 
 // wrapper runs as root in the guest: it reads the session's D-Bus address
 // from the file dbus-launch writes at session start
@@ -85,7 +114,9 @@ var ErrInvalid = errors.New("invalid guest session command")
 // (2026-11-30), runuser took 1.3 s, setpriv 0.15 s, and reading the address
 // from the window manager's environment (pgrep, /proc/PID/environ) 1.8 s.
 // Without a session file (X not up yet) the address is left out and X
-// clients fail on their own terms.
+// clients fail on their own terms. The program then starts through launcher
+// (one more sh, a few milliseconds), which tells a missing program from one
+// that exits 127 and merges stderr when asked.
 const wrapper = `bus=$(sed -n "s/^DBUS_SESSION_BUS_ADDRESS='\\(.*\\)'$/\\1/p" /home/` + User + `/.dbus/session-bus/*-0 2>/dev/null)
 cd "${1:-/home/` + User + `}" || exit 126
 shift
@@ -113,10 +144,15 @@ func Request(c Cmd) (vmm.ExecRequest, error) {
 	argv := []string{"sh", "-c", wrapper, "guestx", c.Dir}
 	argv = append(argv, SessionEnv...)
 	argv = append(argv, c.Env...)
+	merge := "0"
+	if c.MergeStderr {
+		merge = "1"
+	}
+	argv = append(argv, "sh", "-c", launcher, launcherName, merge)
 	if c.Shell != "" {
 		argv = append(argv, "sh", "-c", c.Shell)
 	} else {
-		// env would take a program name with '=' for an assignment.
+		// Unwrap would take a program name with '=' for an assignment.
 		if strings.Contains(c.Argv[0], "=") {
 			return vmm.ExecRequest{}, fmt.Errorf("%w: program name %q contains '='", ErrInvalid, c.Argv[0])
 		}
@@ -125,9 +161,36 @@ func Request(c Cmd) (vmm.ExecRequest, error) {
 	return vmm.ExecRequest{Argv: argv, Stdin: c.Stdin, Timeout: c.Timeout}, nil
 }
 
+// launcherName is the launcher's $0.
+const launcherName = "guestx-launch"
+
+// Unwrap is Request's inverse, for fakes of the VM layer in tests: the
+// Cmd that req runs in the session (a Shell comes back as Argv sh -c
+// SCRIPT; Stdin and Timeout are req's), and false when req is not a
+// session request.
+func Unwrap(req vmm.ExecRequest) (Cmd, bool) {
+	a := req.Argv
+	if len(a) < 5+len(SessionEnv) || a[0] != "sh" || a[1] != "-c" || a[2] != wrapper || a[3] != "guestx" {
+		return Cmd{}, false
+	}
+	c := Cmd{Dir: a[4], Stdin: req.Stdin, Timeout: req.Timeout}
+	a = a[5+len(SessionEnv):]
+	for len(a) > 0 && strings.Contains(a[0], "=") {
+		c.Env = append(c.Env, a[0])
+		a = a[1:]
+	}
+	if len(a) < 6 || a[0] != "sh" || a[1] != "-c" || a[2] != launcher || a[3] != launcherName {
+		return Cmd{}, false
+	}
+	c.MergeStderr = a[4] == "1"
+	c.Argv = a[5:]
+	return c, true
+}
+
 // Run runs c in vm's desktop session and returns what it returned; a
 // non-zero exit is a result, not an error. Errors are the VM layer's
-// (vmm.ErrAgent, vmm.ErrTimeout, ...) or ErrInvalid.
+// (vmm.ErrAgent, vmm.ErrTimeout, ...), ErrInvalid, or ErrNotFound when
+// Argv's program is not on PATH (with the result, exit code 127).
 func Run(ctx context.Context, ex Execer, vm string, c Cmd) (vmm.ExecResult, error) {
 	req, err := Request(c)
 	if err != nil {
@@ -136,6 +199,9 @@ func Run(ctx context.Context, ex Execer, vm string, c Cmd) (vmm.ExecResult, erro
 	res, err := ex.Exec(ctx, vm, req)
 	if err != nil {
 		return res, fmt.Errorf("run %s in the session of vm %s: %w", c.name(), vm, err)
+	}
+	if c.Shell == "" && res.ExitCode == 127 && bytes.HasPrefix(res.Stderr, []byte(notFoundMarker+c.Argv[0]+"\n")) {
+		return res, fmt.Errorf("run %s in the session of vm %s: %w", c.Argv[0], vm, ErrNotFound)
 	}
 	return res, nil
 }

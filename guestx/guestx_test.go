@@ -5,9 +5,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
@@ -80,5 +82,72 @@ func TestOutputExitError(t *testing.T) {
 	_, err := Output(context.Background(), farm, vm.ID, Cmd{Argv: []string{"xclip", "-o"}})
 	if ee, ok := errors.AsType[*ExitError](err); !ok || ee.Result.ExitCode != 1 || !strings.Contains(err.Error(), "Can't open display") {
 		t.Errorf("Output = %v", err)
+	}
+}
+
+// hostRun runs c's request on the host as the guest would, with the user
+// switch (setpriv) left out and the home the user's directory would be
+// replaced by dir: the launcher's checks run for real in the host's sh.
+type hostRun struct{ dir string }
+
+func (h hostRun) Exec(_ context.Context, _ string, req vmm.ExecRequest) (vmm.ExecResult, error) {
+	script := strings.ReplaceAll(req.Argv[2], "exec setpriv --reuid=user --regid=user --init-groups env -i", "exec env -i")
+	script = strings.ReplaceAll(script, "/home/user", h.dir)
+	cmd := exec.Command("sh", append([]string{"-c", script}, req.Argv[3:]...)...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	res := vmm.ExecResult{Stdout: []byte(out.String()), Stderr: []byte(errOut.String())}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		res.ExitCode = ee.ExitCode()
+	} else if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func TestRunNotFoundMergeDir(t *testing.T) {
+	ctx := context.Background()
+	h := hostRun{dir: t.TempDir()}
+	// A program that is not on PATH did not run: ErrNotFound.
+	if _, err := Run(ctx, h, "vm1", Cmd{Argv: []string{"no-such-program-deskfarm"}}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing program: %v, want ErrNotFound", err)
+	}
+	// One that runs and exits 127 is a result.
+	res, err := Run(ctx, h, "vm1", Cmd{Argv: []string{"sh", "-c", "echo gone >&2; exit 127"}})
+	if err != nil || res.ExitCode != 127 || string(res.Stderr) != "gone\n" {
+		t.Errorf("exit 127: %+v %v", res, err)
+	}
+	// MergeStderr: one stream, in order; the program starts in the home.
+	res, err = Run(ctx, h, "vm1", Cmd{Shell: "echo a; echo b >&2; pwd", MergeStderr: true})
+	if err != nil || string(res.Stdout) != "a\nb\n"+h.dir+"\n" || len(res.Stderr) != 0 {
+		t.Errorf("merged: %q %q %v", res.Stdout, res.Stderr, err)
+	}
+	res, err = Run(ctx, h, "vm1", Cmd{Argv: []string{"pwd"}, Dir: "/"})
+	if err != nil || string(res.Stdout) != "/\n" {
+		t.Errorf("dir: %q %v", res.Stdout, err)
+	}
+}
+
+func TestUnwrap(t *testing.T) {
+	for _, c := range []Cmd{
+		{Argv: []string{"xdotool", "type", "--", "a=b"}, Dir: "/tmp", Env: []string{"PATH=/x"}, MergeStderr: true, Stdin: []byte("in"), Timeout: time.Second},
+		{Shell: "echo hi"},
+	} {
+		req, err := Request(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := Unwrap(req)
+		want := c
+		if c.Shell != "" {
+			want.Argv, want.Shell = []string{"sh", "-c", c.Shell}, ""
+		}
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("Unwrap(Request(%+v)) = %+v %v", c, got, ok)
+		}
+	}
+	if _, ok := Unwrap(vmm.ExecRequest{Argv: []string{"ls"}}); ok {
+		t.Error("Unwrap took a plain request")
 	}
 }

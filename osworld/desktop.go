@@ -23,7 +23,7 @@ func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "launch", http.StatusBadRequest, err)
 		return
 	}
-	c, err := parseCommand(body, h.opts.Home)
+	c, err := parseCommand(body, DefaultHome)
 	if err != nil {
 		h.fail(w, r, "launch", http.StatusInternalServerError, err)
 		return
@@ -52,7 +52,12 @@ func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) windows(ctx context.Context) ([]window, error) {
-	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: time.Minute})
+	return h.windowsWithin(ctx, time.Minute)
+}
+
+// windowsWithin lists the windows, giving the guest at most timeout.
+func (h *Handler) windowsWithin(ctx context.Context, timeout time.Duration) ([]window, error) {
+	res, err := h.g.Run(ctx, Cmd{Argv: []string{"/bin/sh", "-c", windowsScript}, Timeout: timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +76,7 @@ func (h *Handler) openFile(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "Path not supplied!")
 		return
 	}
-	p := expandPath(req.Path, h.opts.User, h.opts.Home)
+	p := expandPath(req.Path, DefaultUser, DefaultHome)
 	code, err := h.exists(r.Context(), p)
 	if err != nil {
 		writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to open %s. Error: %v", req.Path, err))
@@ -81,7 +86,7 @@ func (h *Handler) openFile(w http.ResponseWriter, r *http.Request) {
 	var argv []string
 	switch code {
 	case 0:
-		p = absGuestPath(p, h.opts.Home)
+		p = absGuestPath(p, DefaultHome)
 		name = path.Base(p)
 		stem = strings.TrimSuffix(name, path.Ext(name))
 		argv = []string{"/bin/sh", "-c", openScript, "open", p}
@@ -180,7 +185,7 @@ func (h *Handler) changeWallpaper(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "Path not supplied!")
 		return
 	}
-	p := absGuestPath(expandPath(req.Path, h.opts.User, h.opts.Home), h.opts.Home)
+	p := absGuestPath(expandPath(req.Path, DefaultUser, DefaultHome), DefaultHome)
 	if code, err := h.exists(r.Context(), p); err != nil || code == 3 || code == 4 {
 		if err != nil {
 			writeText(w, http.StatusInternalServerError, fmt.Sprintf("Failed to change wallpaper. Error: %v", err))
@@ -301,7 +306,7 @@ func (h *Handler) windowSize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) desktopPath(w http.ResponseWriter, r *http.Request) {
-	p := path.Join(h.opts.Home, "Desktop")
+	p := path.Join(DefaultHome, "Desktop")
 	res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", p}, Timeout: time.Minute})
 	if err != nil {
 		h.fail(w, r, "desktop_path", http.StatusInternalServerError, err)

@@ -12,7 +12,9 @@
 //     (package desk), at native size with the cursor;
 //   - commands run through the guest agent (package vmm), as the desktop
 //     user "user" with the X session's environment (DISPLAY, XAUTHORITY,
-//     the session D-Bus, XDG_RUNTIME_DIR), never as root;
+//     the session D-Bus, XDG_RUNTIME_DIR), never as root (package guestx);
+//   - /setup/download_file's download runs in the guest too (download.py),
+//     so the guest's network decides what it reaches;
 //   - files move through the guest agent and end up owned by that user;
 //   - /accessibility and /terminal run a Python helper (a11y.py, embedded
 //     and sent on stdin) that walks AT-SPI with pyatspi in the guest;

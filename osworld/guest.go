@@ -2,7 +2,6 @@ package osworld
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"image"
 	"path"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vnc"
 )
@@ -63,57 +63,15 @@ type Guest interface {
 	Frames(ctx context.Context) (Frames, error)
 }
 
-// ErrNotRun marks a command that could not be started (no such program).
-var ErrNotRun = errors.New("command could not run")
+// ErrNotRun marks a command that could not be started (no such program):
+// guestx's ErrNotFound.
+var ErrNotRun = guestx.ErrNotFound
 
 // The desktop user of deskfarm's images.
 const (
-	DefaultUser = "user"
-	DefaultHome = "/home/user"
+	DefaultUser = guestx.User
+	DefaultHome = guestx.Home
 )
-
-// notFoundMarker is what sessionScript writes on stderr when the program is
-// not on PATH, so Run can tell "no such program" (subprocess.run raises:
-// a 500) from a program that exits 127 (a 200).
-const notFoundMarker = "deskfarm-osworld: command not found: "
-
-// sessionScript runs "$@" in the X session's environment. The osworld
-// image's session writes its variables to ~/.deskfarm-session-env; the
-// desktop image does not, so the fallback reads them from the window
-// manager's process (the session D-Bus address is random per boot: it comes
-// from dbus-launch).
-const sessionScript = `f="$HOME/.deskfarm-session-env"
-if [ -r "$f" ]; then
-	set -a; . "$f"; set +a
-else
-	pid=$(pgrep -u "$(id -u)" -x openbox | head -n 1)
-	if [ -n "$pid" ]; then
-		eval "$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n "s/^\(DBUS_SESSION_BUS_ADDRESS\|XAUTHORITY\)=\(.*\)$/export \1='\2'/p")"
-	fi
-fi
-export DISPLAY="${DISPLAY:-:0}" XAUTHORITY="${XAUTHORITY:-$HOME/.Xauthority}" XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/run/user/$(id -u)}"
-dir=$1; merge=$2; shift 2
-cd "${dir:-$HOME}" || exit 126
-if [ "$merge" = 1 ]; then exec 2>&1; fi
-if ! command -v "$1" >/dev/null 2>&1; then
-	echo "` + notFoundMarker + `$1" >&2
-	exit 127
-fi
-exec "$@"`
-
-// userArgv wraps argv to run as user with the session's environment: qemu-ga
-// runs commands as root, OSWorld's server runs them as the desktop user.
-func userArgv(user, home string, c Cmd) []string {
-	merge := "0"
-	if c.MergeStderr {
-		merge = "1"
-	}
-	out := []string{"/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "-i",
-		"HOME=" + home, "USER=" + user, "LOGNAME=" + user, "SHELL=/bin/bash", "LANG=C.UTF-8",
-		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-		"/bin/sh", "-c", sessionScript, "deskfarm-session", c.Dir, merge}
-	return append(out, c.Argv...)
-}
 
 // VMFarm is what VMGuest needs from the VM layer (a vmm.Farm has it).
 type VMFarm interface {
@@ -123,46 +81,24 @@ type VMFarm interface {
 }
 
 // VMGuest is a Guest over a deskfarm VM: exec and files through the guest
-// agent, the picture through the VM's desk.
+// agent (commands in the desktop session through package guestx), the
+// picture through the VM's desk.
 type VMGuest struct {
 	Farm  VMFarm
 	Desks *desk.Pool
 	VM    string
-	// User and Home are the desktop user; default DefaultUser, DefaultHome.
-	User, Home string
 }
 
 var _ Guest = (*VMGuest)(nil)
 
-func (g *VMGuest) user() (string, string) {
-	u, h := g.User, g.Home
-	if u == "" {
-		u = DefaultUser
-	}
-	if h == "" {
-		h = DefaultHome
-	}
-	return u, h
-}
-
-// Run runs c as the desktop user through the guest agent.
+// Run runs c as the desktop user in its session.
 func (g *VMGuest) Run(ctx context.Context, c Cmd) (Result, error) {
-	if len(c.Argv) == 0 {
-		return Result{}, fmt.Errorf("run in vm %s: %w: empty command", g.VM, ErrNotRun)
-	}
-	u, h := g.user()
-	res, err := g.Farm.Exec(ctx, g.VM, vmm.ExecRequest{Argv: userArgv(u, h, c), Stdin: c.Stdin, Timeout: c.Timeout})
+	res, err := guestx.Run(ctx, g.Farm, g.VM, guestx.Cmd{Argv: c.Argv, Dir: c.Dir, Stdin: c.Stdin, MergeStderr: c.MergeStderr,
+		Env: []string{guestx.SbinPath}, Timeout: c.Timeout})
 	if err != nil {
-		return Result{}, fmt.Errorf("run %s in vm %s: %w", c.Argv[0], g.VM, err)
+		return Result{}, err
 	}
-	return checkNotFound(Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, c.Argv[0], g.VM)
-}
-
-func checkNotFound(r Result, prog, vm string) (Result, error) {
-	if r.ExitCode == 127 && strings.Contains(string(r.Stderr)+string(r.Stdout), notFoundMarker+prog) {
-		return r, fmt.Errorf("run %s in vm %s: %w: no such program", prog, vm, ErrNotRun)
-	}
-	return r, nil
+	return Result{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil
 }
 
 // ReadFile reads a guest file through the agent.
@@ -173,9 +109,8 @@ func (g *VMGuest) ReadFile(ctx context.Context, p string) ([]byte, error) {
 // WriteFile creates p's parent directories as the user, writes p through the
 // agent (as root) and gives it to the user.
 func (g *VMGuest) WriteFile(ctx context.Context, p string, data []byte) error {
-	u, _ := g.user()
 	dir := path.Dir(p)
-	if res, err := g.root(ctx, "/usr/sbin/runuser", "-u", u, "--", "mkdir", "-p", "--", dir); err != nil {
+	if res, err := guestx.Run(ctx, g.Farm, g.VM, guestx.Cmd{Argv: []string{"mkdir", "-p", "--", dir}}); err != nil {
 		return err
 	} else if res.ExitCode != 0 {
 		return fmt.Errorf("create %s in vm %s: %s", dir, g.VM, strings.TrimSpace(string(res.Stderr)))
@@ -183,16 +118,13 @@ func (g *VMGuest) WriteFile(ctx context.Context, p string, data []byte) error {
 	if err := g.Farm.WriteFile(ctx, g.VM, p, data, 0o644); err != nil {
 		return err
 	}
-	if res, err := g.root(ctx, "chown", u+":"+u, "--", p); err != nil {
+	owner := DefaultUser + ":" + DefaultUser
+	if res, err := g.Farm.Exec(ctx, g.VM, vmm.ExecRequest{Argv: []string{"chown", owner, "--", p}}); err != nil {
 		return err
 	} else if res.ExitCode != 0 {
 		return fmt.Errorf("chown %s in vm %s: %s", p, g.VM, strings.TrimSpace(string(res.Stderr)))
 	}
 	return nil
-}
-
-func (g *VMGuest) root(ctx context.Context, argv ...string) (vmm.ExecResult, error) {
-	return g.Farm.Exec(ctx, g.VM, vmm.ExecRequest{Argv: argv})
 }
 
 // Screenshot encodes the live mirror as PNG at native size, cursor included,

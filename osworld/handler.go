@@ -26,10 +26,10 @@ const (
 	// DefaultExecTimeout is /execute's timeout when the request names none
 	// (subprocess.run's timeout=120 in OSWorld's server).
 	DefaultExecTimeout = 120 * time.Second
-	// DefaultOpenTimeout bounds /setup/open_file's wait for the window.
-	// OSWorld's server waits up to 1800 s; a document that has no window
-	// after 10 minutes under TCG is not coming.
-	DefaultOpenTimeout = 10 * time.Minute
+	// DefaultOpenTimeout bounds /setup/open_file's wait for the window:
+	// OSWorld's server's TIMEOUT (1800 s), which its client's 1810 s
+	// timeout is built around.
+	DefaultOpenTimeout = 1800 * time.Second
 	// openPoll is how often /setup/open_file looks for the window (1 s in
 	// OSWorld's server).
 	openPoll = time.Second
@@ -41,8 +41,6 @@ const (
 type Options struct {
 	// VM names the VM in logs.
 	VM string
-	// User and Home are the desktop user; default DefaultUser, DefaultHome.
-	User, Home string
 	// OpenTimeout bounds /setup/open_file; default DefaultOpenTimeout.
 	OpenTimeout time.Duration
 	// Recorder encodes /start_recording's video; default an FFmpeg with
@@ -69,23 +67,19 @@ type Handler struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	rec  *recording
+	// clock paces /execute_with_verification's poll.
+	clock clock
 }
 
 // NewHandler returns the OSWorld handler of one VM.
 func NewHandler(g Guest, opts Options) *Handler {
-	if opts.User == "" {
-		opts.User = DefaultUser
-	}
-	if opts.Home == "" {
-		opts.Home = DefaultHome
-	}
 	if opts.OpenTimeout == 0 {
 		opts.OpenTimeout = DefaultOpenTimeout
 	}
 	if opts.Recorder == nil {
 		opts.Recorder = &FFmpeg{}
 	}
-	h := &Handler{g: g, opts: opts, log: opts.Log, mux: http.NewServeMux()}
+	h := &Handler{g: g, opts: opts, log: opts.Log, mux: http.NewServeMux(), clock: realClock{}}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -98,10 +92,13 @@ func NewHandler(g Guest, opts Options) *Handler {
 		{"POST /screen_size", h.screenSize},
 		{"POST /execute", h.execute},
 		{"POST /setup/execute", h.execute},
+		{"POST /execute_with_verification", h.executeWithVerification},
+		{"POST /setup/execute_with_verification", h.executeWithVerification},
 		{"POST /run_python", h.runPython},
 		{"POST /run_bash_script", h.runBashScript},
 		{"POST /file", h.file},
 		{"POST /setup/upload", h.upload},
+		{"POST /setup/download_file", h.downloadFile},
 		{"POST /setup/launch", h.launch},
 		{"POST /setup/open_file", h.openFile},
 		{"POST /setup/activate_window", h.windowAction("a")},
@@ -204,34 +201,43 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "execute", http.StatusBadRequest, err)
 		return
 	}
-	c, err := parseCommand(body, h.opts.Home)
+	c, err := parseCommand(body, DefaultHome)
 	if err != nil {
 		// OSWorld's server raises inside its try (subprocess.run of a bad
 		// command): a 500 with status error.
 		h.fail(w, r, "execute", http.StatusInternalServerError, err)
 		return
 	}
+	res, err := h.runCommand(r.Context(), c)
+	if err != nil {
+		h.fail(w, r, "execute", http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// runCommand runs a parsed /execute command: played on the host when
+// Playback takes it, else in the guest. An error means it could not run.
+func (h *Handler) runCommand(ctx context.Context, c command) (execResult, error) {
 	if h.opts.Playback != nil {
-		played, err := h.opts.Playback(r.Context(), c.Argv)
+		played, err := h.opts.Playback(ctx, c.Argv)
 		if played {
 			res := execResult{Status: "success"}
 			if err != nil {
 				res.Error, res.ReturnCode = err.Error()+"\n", 1
 			}
-			writeJSON(w, http.StatusOK, res)
-			return
+			return res, nil
 		}
 	}
 	timeout := DefaultExecTimeout
 	if c.Timeout > 0 {
 		timeout = time.Duration(c.Timeout * float64(time.Second))
 	}
-	res, err := h.g.Run(r.Context(), Cmd{Argv: c.Argv, Timeout: timeout})
+	res, err := h.g.Run(ctx, Cmd{Argv: c.Argv, Timeout: timeout})
 	if err != nil {
-		h.fail(w, r, "execute", http.StatusInternalServerError, err)
-		return
+		return execResult{}, err
 	}
-	writeJSON(w, http.StatusOK, execResult{"success", string(res.Stdout), string(res.Stderr), res.ExitCode})
+	return execResult{"success", string(res.Stdout), string(res.Stderr), res.ExitCode}, nil
 }
 
 func randomName() string {
@@ -331,7 +337,7 @@ func (h *Handler) runBashScript(w http.ResponseWriter, r *http.Request) {
 	}
 	dir := ""
 	if req.WorkingDir != "" {
-		dir = expandPath(req.WorkingDir, h.opts.User, h.opts.Home)
+		dir = expandPath(req.WorkingDir, DefaultUser, DefaultHome)
 		res, err := h.g.Run(r.Context(), Cmd{Argv: []string{"test", "-e", dir}, Timeout: time.Minute})
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, bashResult{"error", "Failed to execute script: " + err.Error(), "", -1})
@@ -410,7 +416,7 @@ func (h *Handler) file(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "file_path is required"})
 		return
 	}
-	p = absGuestPath(expandPath(p, h.opts.User, h.opts.Home), h.opts.Home)
+	p = absGuestPath(expandPath(p, DefaultUser, DefaultHome), DefaultHome)
 	code, err := h.exists(r.Context(), p)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to serve file: " + err.Error()})
@@ -460,7 +466,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})
 		return
 	}
-	p = absGuestPath(expandPath(p, h.opts.User, h.opts.Home), h.opts.Home)
+	p = absGuestPath(expandPath(p, DefaultUser, DefaultHome), DefaultHome)
 	if err := h.g.WriteFile(r.Context(), p, data); err != nil {
 		h.log.Warn("osworld upload failed", "vm", h.opts.VM, "op", "upload", "path", p, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "Failed to upload file: " + err.Error()})

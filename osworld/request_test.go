@@ -61,11 +61,3 @@ func TestParseWindows(t *testing.T) {
 		t.Errorf("xdotool: %q", ws)
 	}
 }
-
-func TestUserArgv(t *testing.T) {
-	argv := userArgv("user", "/home/user", Cmd{Argv: []string{"python", "-c", "x"}, Dir: "/w", MergeStderr: true})
-	s := strings.Join(argv, "|")
-	if !strings.HasPrefix(s, "/usr/sbin/runuser|-u|user|--|/usr/bin/env|-i|HOME=/home/user|") || !strings.HasSuffix(s, "|deskfarm-session|/w|1|python|-c|x") {
-		t.Errorf("argv %q", argv)
-	}
-}

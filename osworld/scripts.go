@@ -112,3 +112,11 @@ fi`
 const existsScript = `[ -e "$1" ] && exit 0
 command -v "$1" >/dev/null 2>&1 && exit 4
 exit 3`
+
+// downloadScript is /setup/download_file's download (python3 - URL PATH):
+// OSWorld's three attempts with the standard library, run in the guest as
+// the desktop user, so the file is the user's and the guest's network
+// decides what it reaches.
+//
+//go:embed download.py
+var downloadScript []byte

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -48,8 +49,8 @@ func TestCuaMount(t *testing.T) {
 	if status != 200 || body != `data: {"success":true,"stdout":"hi\n","stderr":"","return_code":0}`+"\n\n" {
 		t.Fatalf("run_command: %d %q", status, body)
 	}
-	if argv := farm.LastExec.Argv; !slices.Contains(argv, "echo hi") || !strings.Contains(strings.Join(argv, " "), "runuser") {
-		t.Fatalf("run_command ran %q, not as the desktop user", argv)
+	if c, ok := guestx.Unwrap(farm.LastExec); !ok || !slices.Contains(c.Argv, "echo hi") {
+		t.Fatalf("run_command ran %q, not as the desktop user", farm.LastExec.Argv)
 	}
 	if status, _ := post(srv.URL+"/v1/vms/nope/cua/cmd", `{"command":"version"}`, true); status != http.StatusNotFound {
 		t.Fatalf("unknown vm: %d", status)
