@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
@@ -112,7 +113,30 @@ func (g *guestInput) run(ctx context.Context, c guestx.Cmd) ([]byte, error) {
 // script waits for the first request to be served, then pasteGrace for the
 // data request that follows the TARGETS one (GTK asks for TARGETS, then
 // UTF8_STRING; measured in mousepad), at most pasteWait in all.
-const pasteScript = `d=$(mktemp -d) && cat >"$d/in" || exit 1
+//
+// The waits are bounded by the clock (bash's EPOCHREALTIME, read without a
+// process), not by a count of polls: each poll forks a sleep, and in a busy
+// guest under TCG a poll took ~130 ms instead of 20 ms, so the 250-poll
+// bound of pasteWait's first version stretched to 33 s when an application
+// fetched nothing, and the guest command ran past guestTimeout. Typing
+// "abc ünï def\nghi ✓ jkl\n" into lxterminal through the actions route
+// with the guest's vCPUs busy (shell loops, nice 0 or 19; host load average
+// ~8; 2026-11-30), 3 runs of 5 rounds each failed within 2 rounds with
+// "timed out after 30s"; one traced paste spent 33 s in 252 polls. A wait
+// that runs out is reported on stdout, which TypeText logs.
+//
+// A paste key that no application acts on is pressed again, up to
+// pasteRetries times. In the same runs, with the wait raised to 30 s as a
+// probe, 2 of 10 rounds had a line whose paste key brought no selection
+// request at all within the 30 s (always the second line, pasted right
+// after the first line's Return), so the line was lost; every other line
+// was fetched in time (those rounds took 6-12 s for two pasted lines and an
+// ASCII line). With the retry, 8 rounds under the same load came out byte
+// for byte, the second key taking effect where the first had not (2 of 16
+// lines). An application that is only slow would get the line twice; none
+// was seen.
+const pasteScript = `ms() { ms=${EPOCHREALTIME/./}; ms=${ms%???}; } # wall clock in ms, in $ms
+d=$(mktemp -d) && cat >"$d/in" || exit 1
 xclip -selection clipboard -o -t UTF8_STRING >"$d/old" 2>/dev/null || rm -f "$d/old"
 n=$(wc -l <"$d/in")
 i=0
@@ -130,16 +154,23 @@ while IFS= read -r line || [ -n "$line" ]; do
 		printf %s "$line" >"$d/line"
 		serve clipboard; c=$!
 		serve primary; p=$!
-		k=0
+		ms; end=$((ms + ` + pasteTake + `))
 		until served clipboard 1 && served primary 1; do
-			k=$((k + 1)); [ "$k" -gt 250 ] && { kill $c $p; echo "xclip did not take the selections" >&2; exit 1; }
+			ms; [ "$ms" -gt "$end" ] && { kill $c $p; echo "xclip did not take the selections within ` + pasteTake + ` ms" >&2; exit 1; }
 			sleep 0.02
 		done
-		xdotool key --clearmodifiers shift+Insert || { kill $c $p; exit 1; }
-		k=0
-		until served clipboard 2 || served primary 2; do
-			k=$((k + 1)); [ "$k" -gt ` + pasteWait + ` ] && break
-			sleep 0.02
+		tries=1
+		while :; do
+			xdotool key --clearmodifiers shift+Insert || { kill $c $p; exit 1; }
+			ms; end=$((ms + ` + pasteWait + `))
+			until served clipboard 2 || served primary 2; do
+				ms; [ "$ms" -gt "$end" ] && break
+				sleep 0.02
+			done
+			if served clipboard 2 || served primary 2; then break; fi
+			echo "line $((i + 1)): no selection request within ` + pasteWait + ` ms of paste key $tries"
+			[ "$tries" -gt ` + pasteRetries + ` ] && break
+			tries=$((tries + 1))
 		done
 		sleep ` + pasteGrace + `
 		kill $c $p 2>/dev/null
@@ -152,17 +183,33 @@ if [ -f "$d/old" ]; then xclip -selection clipboard -i "$d/old" >/dev/null 2>&1;
 rm -rf "$d"
 exit 0`
 
-// Paste pacing (pasteScript): pasteWait is in 20 ms polls (5 s).
+// Paste pacing (pasteScript): pasteTake is how long xclip may take to own
+// the selections and pasteWait how long the application may take to ask
+// for them, in ms; pasteGrace is in seconds.
 const (
-	pasteWait  = "250"
-	pasteGrace = "0.2"
+	pasteTake    = "15000"
+	pasteWait    = "5000"
+	pasteRetries = "2"
+	pasteGrace   = "0.2"
 )
 
-// TypeText types text by pasting it in the guest's session (pasteScript).
-// The text travels on stdin, byte for byte, without quoting.
+// pasteTimeout bounds a paste of text with lines lines: every line may use
+// the whole of pasteTake and pasteWait for each of its paste keys, and
+// starts a few processes.
+func pasteTimeout(lines int) time.Duration {
+	return guestTimeout + time.Duration(lines)*40*time.Second
+}
+
+// TypeText types text by pasting it in the guest's session (pasteScript,
+// run by bash for its clock). The text travels on stdin, byte for byte,
+// without quoting.
 func (g *guestInput) TypeText(ctx context.Context, text string) error {
 	g.fence(ctx)
-	_, err := g.run(ctx, guestx.Cmd{Shell: pasteScript, Stdin: []byte(text)})
+	out, err := g.run(ctx, guestx.Cmd{Argv: []string{"bash", "-c", pasteScript}, Stdin: []byte(text),
+		Timeout: pasteTimeout(strings.Count(text, "\n") + 1)})
+	if note := strings.TrimSpace(string(out)); note != "" {
+		g.log.Warn("paste key without effect", "vm", g.vm, "op", "guest-input", "note", note)
+	}
 	return err
 }
 

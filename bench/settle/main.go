@@ -11,7 +11,10 @@
 //   - typing speed: ASCII text (VNC key events) against non-ASCII text
 //     (pasted in the guest's session), chars/s, into the text editor.
 //
-//     go run ./bench/settle [-n 4] [-state /var/lib/deskfarm-bench] [-typing=false] [-launches=false]
+// With -image osworld the VM is the osworld image (1920x1080, 2 GiB) and
+// the launch is Chromium from its panel launcher; there is no typing.
+//
+//	go run ./bench/settle [-n 4] [-state /var/lib/deskfarm-bench] [-typing=false] [-launches=false] [-image osworld]
 package main
 
 import (
@@ -37,8 +40,16 @@ func main() {
 	maxMS := flag.Int("settle-max-ms", 20000, "settle maximum for the launches")
 	doTyping := flag.Bool("typing", true, "measure typing")
 	doLaunches := flag.Bool("launches", true, "measure app launches")
+	img := flag.String("image", "desktop", "image: desktop, or osworld (Chromium launches only)")
 	flag.Parse()
-	if err := run(*n, *state, *maxMS, *doTyping, *doLaunches); err != nil {
+	if *img != "desktop" && *img != "osworld" {
+		fmt.Fprintln(os.Stderr, "bench/settle: -image must be desktop or osworld")
+		os.Exit(2)
+	}
+	if *img == "osworld" {
+		*doTyping = false
+	}
+	if err := run(*n, *state, *maxMS, *img, *doTyping, *doLaunches); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/settle:", err)
 		os.Exit(1)
 	}
@@ -59,14 +70,18 @@ const (
 	fixedSleep   mode = "fixed 2 s sleep (reference demo)"
 )
 
-func run(n int, state string, maxMS int, doTyping, doLaunches bool) error {
+func run(n int, state string, maxMS int, img string, doTyping, doLaunches bool) error {
 	ctx := context.Background()
 	m, log, err := farm.Open(ctx, state)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	opts := vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2}
+	if img == "osworld" {
+		opts = vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080}
+	}
+	vm, err := m.Create(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -77,7 +92,7 @@ func run(n int, state string, maxMS int, doTyping, doLaunches bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "vm %s (desktop, %dx%d, %s) ready\n", vm.ID, vm.Width, vm.Height, vm.Accel)
+	fmt.Fprintf(os.Stderr, "vm %s (%s, %dx%d, %s) ready\n", vm.ID, img, vm.Width, vm.Height, vm.Accel)
 	idle(ctx, m, vm.ID)
 
 	if doTyping {
@@ -107,6 +122,11 @@ func run(n int, state string, maxMS int, doTyping, doLaunches bool) error {
 		{"file manager (super+e)", `{"action":"key","text":"super+e"}`, "pcmanfm"},
 		// The third launcher of the panel (menu, terminal, file manager, editor).
 		{"editor (panel launcher)", fmt.Sprintf(`{"action":"left_click","coordinate":[94,%d]}`, vm.Height-14), "mousepad"},
+	}
+	if img == "osworld" {
+		// The fourth item of the osworld panel (menu, terminal, file
+		// manager, web browser).
+		apps = []launch{{"Chromium (panel launcher)", fmt.Sprintf(`{"action":"left_click","coordinate":[92,%d]}`, vm.Height-14), "chromium"}}
 	}
 	modes := []mode{guestSettle, screenSettle, fixedSleep}
 	took := map[string][]time.Duration{}
@@ -172,8 +192,8 @@ func run(n int, state string, maxMS int, doTyping, doLaunches bool) error {
 		}
 	}
 
-	fmt.Printf("\n| launch (desktop image %dx%d, %s, n=%d each) | settle | median | p95 | stale vs 2 s later | stale vs final | busy rounds |\n|---|---|---|---|---|---|---|\n",
-		vm.Width, vm.Height, vm.Accel, n)
+	fmt.Printf("\n| launch (%s image %dx%d, %s, n=%d each) | settle | median | p95 | stale vs 2 s later | stale vs final | busy rounds |\n|---|---|---|---|---|---|---|\n",
+		img, vm.Width, vm.Height, vm.Accel, n)
 	for _, app := range apps {
 		for _, md := range modes {
 			key := app.name + "|" + string(md)
