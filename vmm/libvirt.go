@@ -43,6 +43,11 @@ type hypervisor interface {
 	// taken from ctx's deadline (at most agentCallTimeout). It is re-sent
 	// after a reconnect only when idempotent says so.
 	agentCommand(ctx context.Context, d libvirt.Domain, cmd string, idempotent bool) (string, error)
+	// agentEvents delivers the guest agent lifecycle events of d
+	// (VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE: libvirt opened or closed its
+	// agent connection) from the moment it returns until ctx ends; then, or
+	// when the libvirt connection drops, the channel is closed.
+	agentEvents(ctx context.Context, d libvirt.Domain) (<-chan agentState, error)
 	hostInfo(ctx context.Context) (memKiB uint64, cpus int, err error)
 	// capabilities returns libvirt's capabilities XML (virConnectGetCapabilities).
 	capabilities(ctx context.Context) (string, error)
@@ -63,6 +68,16 @@ type domainEvent struct {
 	// be read again.
 	Resync bool
 }
+
+// agentState is the state an agent lifecycle event reports: libvirt has
+// opened (agentConnected) or closed (agentDisconnected) its connection to the
+// guest agent.
+type agentState = libvirt.ConnectDomainEventAgentLifecycleState
+
+const (
+	agentConnected    = libvirt.ConnectDomainEventAgentLifecycleStateConnected
+	agentDisconnected = libvirt.ConnectDomainEventAgentLifecycleStateDisconnected
+)
 
 // maxRPCString is libvirt's REMOTE_STRING_MAX (remote_protocol.x, libvirt
 // 9.0): the longest string one RPC argument may hold, an agent command
@@ -453,6 +468,41 @@ func (c *libvirtConn) agentCommand(ctx context.Context, d libvirt.Domain, cmd st
 		}
 		return r[0], nil
 	})
+}
+
+func (c *libvirtConn) agentEvents(ctx context.Context, d libvirt.Domain) (<-chan agentState, error) {
+	out := make(chan agentState, 8)
+	// Not retried: a registration whose reply was lost would be a second
+	// subscription; the caller falls back to polling instead.
+	_, err := call(ctx, c, false, func(l *libvirt.Libvirt) (struct{}, error) {
+		// go-libvirt registers for every domain whatever OptDomain says, so
+		// the forwarder filters by name.
+		evs, err := l.SubscribeEvents(ctx, libvirt.DomainEventIDAgentLifecycle, libvirt.OptDomain{d})
+		if err != nil {
+			return struct{}{}, err
+		}
+		// go-libvirt's own goroutine blocks sending each event until it is
+		// taken, even after ctx ended: drain until it closes evs (on ctx's
+		// end or the connection's), sending on only while ctx lasts.
+		go func() {
+			defer close(out)
+			for e := range evs {
+				ev, ok := e.(*libvirt.DomainEventCallbackAgentLifecycleMsg)
+				if !ok || ev.Dom.Name != d.Name {
+					continue
+				}
+				select {
+				case out <- agentState(ev.State):
+				case <-ctx.Done():
+				}
+			}
+		}()
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to agent events of %s: %w", d.Name, err)
+	}
+	return out, nil
 }
 
 // checkRPCString refuses a string argument libvirtd would not accept.
