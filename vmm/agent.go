@@ -33,9 +33,10 @@ func (a *agent) run(ctx context.Context, name string, args, out any) error {
 //
 // Nor is guest-exec-status, though it only reads: qemu-ga frees a process's
 // record in the very call that reports it exited (qmp_guest_exec_status in
-// qga/commands.c, QEMU 7.2), so after a reply lost to "disappeared" a
-// retry could only answer "Invalid parameter 'pid'", the exit code and
-// output being gone. And the one cause of "disappeared" on a running VM seen
+// qga/commands.c, QEMU 7.2), so if the reply lost to "disappeared" said
+// "exited", a retry answers "Invalid parameter 'pid'" and the exit code and
+// output are gone: a retry saves only polls of a still running process. And
+// the one cause of "disappeared" on a running VM seen
 // here, libvirt closing its agent connection after a loadvm, no longer
 // overlaps an exec: Reset waits for the reopen (awaitAgentReopen) and an exec
 // holds its VM against resets. The error is reported as it came.
