@@ -91,18 +91,22 @@ const agentReopenWait = 10 * time.Second
 // agent connection, failing any command in flight with "Guest agent
 // disappeared while executing command", on "open" it opens a new one. A ping
 // sent before libvirt handled "closed" is answered on the old connection, and
-// the next exec then dies with it: 4 of 6252 requests in a 20-minute soak
-// under load 10-14 (docs/benchmarks.md, soak).
+// the next exec then dies with it (docs/benchmarks.md, soak). Traced in a
+// soak at load ~7: the reset's ping answered, the reset returned, libvirt's
+// "disconnected" came 129 ms later and "connected" 570 ms later; the first
+// exec of the next episode, sent in between, failed so.
 //
-// Measured on the tiny image (libvirt 9.0, QEMU 7.2, load 4), 6 resets by
+// Measured on the tiny image (libvirt 9.0, QEMU 7.2, load 4): 6 resets by
 // raw HMP loadvm, then a guest-ping every 15 ms, the events watched on a
 // second libvirt connection (TestE2EResetAgentEvents logs the same events
-// around Manager.Reset): resets alternate between two forms. Either "disconnected" within 3 ms of
-// loadvm's return, pings answering "not connected" until "connected" 0.5-1.3 s
-// after loadvm; or no "disconnected" at all, pings answered from 50 ms and a
-// "connected" 100-430 ms after loadvm. Both end in "connected", which libvirt
-// sends after it handled any "closed" before it: from then on the connection
-// is the one libvirt keeps.
+// around Manager.Reset). Resets alternated between two forms: either
+// "disconnected" within 3 ms of loadvm's return, pings answering "not
+// connected" until "connected" 0.5-1.3 s after loadvm; or no "disconnected"
+// at all, pings answered from 50 ms and a "connected" 100-430 ms after
+// loadvm. Both end in "connected". libvirt queues each VSERPORT_CHANGE to its
+// event worker (qemuProcessHandleSerialChanged) and sent the events in the
+// port's order in every reset seen, so a "connected" comes after any close:
+// from then on the connection is the one libvirt keeps.
 func (m *Manager) awaitAgentReopen(ctx context.Context, mc *machine, evs <-chan agentState) error {
 	start := time.Now()
 	timer := time.NewTimer(agentReopenWait)
