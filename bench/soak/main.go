@@ -158,7 +158,7 @@ func run(o options) (ok bool, err error) {
 			return false, err
 		}
 		defer func() {
-			if false {
+			if ok {
 				os.RemoveAll(dir)
 			} else {
 				fmt.Fprintf(os.Stderr, "the server's log is kept in %s/serve.log\n", dir)
