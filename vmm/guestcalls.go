@@ -17,8 +17,9 @@ import (
 )
 
 // Reset returns a ready VM to its ready snapshot: RAM, devices and disk via
-// QEMU's loadvm, then the guest clock (restored to snapshot time) is set.
-// A reset that fails, or that ctx cuts short while loadvm may be running,
+// QEMU's loadvm, then the guest clock (restored to snapshot time) is set. It
+// returns once the guest agent answers on the connection libvirt reopened
+// after loadvm (awaitAgentReopen). A reset that fails, or that ctx cuts short while loadvm may be running,
 // leaves the VM StateBroken (EventDied): its guest state is unknown.
 func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 	mc, err := m.lookup(id)
