@@ -30,6 +30,16 @@ func (a *agent) run(ctx context.Context, name string, args, out any) error {
 // idempotentAgentCommands may be re-sent after libvirt's connection dropped
 // mid-call: they change nothing in the guest. guest-exec, guest-file-* and
 // guest-set-time are not among them (a file read advances the file offset).
+//
+// Nor is guest-exec-status, though it only reads: qemu-ga frees a process's
+// record in the very call that reports it exited (qmp_guest_exec_status in
+// qga/commands.c, QEMU 7.2), so if the reply lost to "disappeared" said
+// "exited", a retry answers "Invalid parameter 'pid'" and the exit code and
+// output are gone: a retry saves only polls of a still running process. And
+// the one cause of "disappeared" on a running VM seen here, libvirt closing
+// its agent connection after a loadvm, no longer overlaps an exec: Reset
+// waits for the reopen (awaitAgentReopen) and an exec holds its VM against
+// resets. The error is reported as it came.
 var idempotentAgentCommands = map[string]bool{"guest-ping": true, "guest-info": true, "guest-get-time": true}
 
 // runArgs is run with the arguments made afresh for each attempt, for

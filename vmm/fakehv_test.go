@@ -22,7 +22,9 @@ import (
 // recovery and lifecycle events without a VM. It keeps domains as records,
 // plays a minimal guest (the session channel says "ready" and answers
 // "time"; the agent answers ping, exec and set-time) and fails the
-// operations a test names in fail.
+// operations a test names in fail. loadvm makes libvirt's agent connection
+// close and reopen as agent lifecycle events say (at once, unless
+// holdAgentEvents: then the test plays them with agentLifecycle).
 type fakeHV struct {
 	mu      sync.Mutex
 	doms    map[string]*fakeDom
@@ -40,26 +42,38 @@ type fakeHV struct {
 	// standing in for QEMU, with its pid in pidDir/<name>.pid as libvirt
 	// keeps it.
 	pidDir string
-	calls  []string
-	evs    chan domainEvent
-	closed bool
+	// holdAgentEvents: loadvm sends no agent lifecycle events by itself.
+	holdAgentEvents bool
+	agentSubs       map[*fakeAgentSub]bool
+	calls           []string
+	evs             chan domainEvent
+	closed          bool
+}
+
+// fakeAgentSub is one agentEvents subscription.
+type fakeAgentSub struct {
+	name string
+	ch   chan agentState
 }
 
 type fakeDom struct {
-	proc  *exec.Cmd
-	dom   libvirt.Domain
-	xml   string
-	meta  string
-	state libvirt.DomainState
-	ln    net.Listener
-	conns []net.Conn
+	// agentDown: libvirt has closed its agent connection and not yet
+	// opened a new one (commands answer "not connected").
+	agentDown bool
+	proc      *exec.Cmd
+	dom       libvirt.Domain
+	xml       string
+	meta      string
+	state     libvirt.DomainState
+	ln        net.Listener
+	conns     []net.Conn
 }
 
 var _ hypervisor = (*fakeHV)(nil)
 
 func newFakeHV() *fakeHV {
 	return &fakeHV{doms: map[string]*fakeDom{}, fail: map[string]error{}, hmp: map[string]string{},
-		block: map[string]chan struct{}{}, evs: make(chan domainEvent, 64)}
+		block: map[string]chan struct{}{}, evs: make(chan domainEvent, 64), agentSubs: map[*fakeAgentSub]bool{}}
 }
 
 // op records a call and returns the failure injected for it, after waiting
@@ -342,6 +356,11 @@ func (f *fakeHV) monitorHMP(ctx context.Context, dom libvirt.Domain, cmd string)
 		d.state = libvirt.DomainPaused
 	case "cont":
 		d.state = libvirt.DomainRunning
+	case "loadvm":
+		if !f.holdAgentEvents && f.hmp[verb] == "" {
+			f.agentLifecycleLocked(d, agentDisconnected)
+			f.agentLifecycleLocked(d, agentConnected)
+		}
 	}
 	return f.hmp[verb], nil
 }
@@ -363,7 +382,7 @@ func (f *fakeHV) agentCommand(ctx context.Context, dom libvirt.Domain, cmd strin
 	if err != nil {
 		return "", err
 	}
-	if d.state != libvirt.DomainRunning {
+	if d.state != libvirt.DomainRunning || d.agentDown {
 		return "", libvirt.Error{Code: uint32(libvirt.ErrAgentUnresponsive), Message: "Guest agent is not responding: QEMU guest agent is not connected"}
 	}
 	if f.agentReply != nil {
@@ -378,6 +397,48 @@ func (f *fakeHV) agentCommand(ctx context.Context, dom libvirt.Domain, cmd strin
 		return `{"return":{"exitcode":0,"exited":true}}`, nil
 	}
 	return `{"return":{}}`, nil
+}
+
+func (f *fakeHV) agentEvents(ctx context.Context, dom libvirt.Domain) (<-chan agentState, error) {
+	if err := f.op(ctx, "agentevents"); err != nil {
+		return nil, err
+	}
+	sub := &fakeAgentSub{name: dom.Name, ch: make(chan agentState, 8)}
+	f.mu.Lock()
+	f.agentSubs[sub] = true
+	f.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		f.mu.Lock()
+		delete(f.agentSubs, sub)
+		close(sub.ch)
+		f.mu.Unlock()
+	}()
+	return sub.ch, nil
+}
+
+// agentLifecycle plays libvirt closing or opening its agent connection to
+// a domain, and the event it sends.
+func (f *fakeHV) agentLifecycle(name string, st agentState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.agentLifecycleLocked(f.doms[name], st)
+}
+
+func (f *fakeHV) agentLifecycleLocked(d *fakeDom, st agentState) {
+	d.agentDown = st == agentDisconnected
+	for sub := range f.agentSubs {
+		if sub.name == d.dom.Name {
+			sub.ch <- st
+		}
+	}
+}
+
+// agentSubscriptions is the number of live agentEvents subscriptions.
+func (f *fakeHV) agentSubscriptions() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.agentSubs)
 }
 
 func (f *fakeHV) hostInfo(context.Context) (uint64, int, error) { return 16 << 20, 4, nil }

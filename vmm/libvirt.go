@@ -43,6 +43,11 @@ type hypervisor interface {
 	// taken from ctx's deadline (at most agentCallTimeout). It is re-sent
 	// after a reconnect only when idempotent says so.
 	agentCommand(ctx context.Context, d libvirt.Domain, cmd string, idempotent bool) (string, error)
+	// agentEvents delivers the guest agent lifecycle events of d
+	// (VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE: libvirt opened or closed its
+	// agent connection) from the moment it returns until ctx ends; then, or
+	// when the libvirt connection drops, the channel is closed.
+	agentEvents(ctx context.Context, d libvirt.Domain) (<-chan agentState, error)
 	hostInfo(ctx context.Context) (memKiB uint64, cpus int, err error)
 	// capabilities returns libvirt's capabilities XML (virConnectGetCapabilities).
 	capabilities(ctx context.Context) (string, error)
@@ -63,6 +68,16 @@ type domainEvent struct {
 	// be read again.
 	Resync bool
 }
+
+// agentState is the state an agent lifecycle event reports: libvirt has
+// opened (agentConnected) or closed (agentDisconnected) its connection to the
+// guest agent.
+type agentState = libvirt.ConnectDomainEventAgentLifecycleState
+
+const (
+	agentConnected    = libvirt.ConnectDomainEventAgentLifecycleStateConnected
+	agentDisconnected = libvirt.ConnectDomainEventAgentLifecycleStateDisconnected
+)
 
 // maxRPCString is libvirt's REMOTE_STRING_MAX (remote_protocol.x, libvirt
 // 9.0): the longest string one RPC argument may hold, an agent command
@@ -88,6 +103,11 @@ type libvirtConn struct {
 	l  *libvirt.Libvirt // nil while (re)dialling
 	up chan struct{}    // closed while l is set; replaced when l drops
 
+	// agentEvs: l delivers agent lifecycle events; agentSubs are their
+	// subscribers, all ended when l drops.
+	agentEvs  bool
+	agentSubs map[*agentSub]struct{}
+
 	evs    chan domainEvent
 	done   chan struct{} // closed by close
 	exited chan struct{} // closed when run returns
@@ -110,7 +130,8 @@ const (
 // then keeps the connection up in the background.
 func dialLibvirt(socket string, log *slog.Logger) (*libvirtConn, error) {
 	c := &libvirtConn{socket: socket, log: log, up: make(chan struct{}),
-		evs: make(chan domainEvent, 64), done: make(chan struct{}), exited: make(chan struct{})}
+		evs: make(chan domainEvent, 64), done: make(chan struct{}), exited: make(chan struct{}),
+		agentSubs: map[*agentSub]struct{}{}}
 	c.dial = func() (*libvirt.Libvirt, error) {
 		l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(socket), dialers.WithLocalTimeout(5*time.Second)))
 		if err := l.ConnectToURI(libvirt.QEMUSystem); err != nil {
@@ -148,8 +169,8 @@ func (c *libvirtConn) run(l *libvirt.Libvirt) {
 	}
 }
 
-// serve publishes l to callers, forwards its lifecycle events and returns
-// when l drops or the conn is closed.
+// serve publishes l to callers, forwards its lifecycle and agent events and
+// returns when l drops or the conn is closed.
 func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -161,8 +182,24 @@ func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 		l.Disconnect()
 		return
 	}
+	// Agent events only shorten resets' waits (awaitAgentReopen): without
+	// them resets wait on pings alone.
+	aevs, err := l.SubscribeEvents(ctx, libvirt.DomainEventIDAgentLifecycle, libvirt.OptDomain{})
+	if err != nil {
+		c.log.Warn("subscribe to libvirt agent events; resets wait on agent pings alone", "op", "libvirt-events", "err", err)
+		aevs = nil
+	}
+	defer func() {
+		// go-libvirt's forwarder blocks on each event until it is taken.
+		cancel()
+		if aevs != nil {
+			for range aevs {
+			}
+		}
+	}()
 	c.mu.Lock()
 	c.l = l
+	c.agentEvs = aevs != nil
 	close(c.up)
 	c.mu.Unlock()
 	if reconnected {
@@ -172,11 +209,25 @@ func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 	defer func() {
 		c.mu.Lock()
 		c.l = nil
+		c.agentEvs = false
 		c.up = make(chan struct{})
+		// Events missed while down cannot be delivered: subscribers see
+		// their channel closed.
+		for sub := range c.agentSubs {
+			c.dropAgentSubLocked(sub)
+		}
 		c.mu.Unlock()
 	}()
 	for {
 		select {
+		case e, ok := <-aevs:
+			if !ok {
+				aevs = nil
+				continue
+			}
+			if ev, ok := e.(*libvirt.DomainEventCallbackAgentLifecycleMsg); ok {
+				c.fanAgentEvent(ev)
+			}
 		case ev, ok := <-evs:
 			if !ok {
 				select {
@@ -199,6 +250,11 @@ func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 		case <-c.done:
 			cancel()
 			for range evs { // deregisters the callback, then closes
+			}
+			if aevs != nil {
+				for range aevs {
+				}
+				aevs = nil
 			}
 			l.Disconnect()
 			return
@@ -453,6 +509,62 @@ func (c *libvirtConn) agentCommand(ctx context.Context, d libvirt.Domain, cmd st
 		}
 		return r[0], nil
 	})
+}
+
+// agentSub is one agentEvents subscription: the agent events of one domain.
+type agentSub struct {
+	name string
+	ch   chan agentState
+}
+
+// agentEvents adds a subscriber to the connection's one agent-event
+// registration. libvirtd refuses a second registration for the same event
+// on one connection ("event callback already tracked"), so two VMs
+// resetting at once cannot each register their own.
+func (c *libvirtConn) agentEvents(ctx context.Context, d libvirt.Domain) (<-chan agentState, error) {
+	sub := &agentSub{name: d.Name, ch: make(chan agentState, 8)}
+	c.mu.Lock()
+	if c.l == nil || !c.agentEvs {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("agent events of %s: libvirt connection down or without agent events", d.Name)
+	}
+	c.agentSubs[sub] = struct{}{}
+	c.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-c.done:
+		}
+		c.mu.Lock()
+		c.dropAgentSubLocked(sub)
+		c.mu.Unlock()
+	}()
+	return sub.ch, nil
+}
+
+// dropAgentSubLocked ends a subscription; a second call does nothing.
+func (c *libvirtConn) dropAgentSubLocked(sub *agentSub) {
+	if _, ok := c.agentSubs[sub]; ok {
+		delete(c.agentSubs, sub)
+		close(sub.ch)
+	}
+}
+
+// fanAgentEvent passes an agent event to the domain's subscribers. It never
+// blocks the connection's goroutine: a subscriber reads until the first
+// "connected", and its buffer holds more than a reset sends.
+func (c *libvirtConn) fanAgentEvent(ev *libvirt.DomainEventCallbackAgentLifecycleMsg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for sub := range c.agentSubs {
+		if sub.name != ev.Dom.Name {
+			continue
+		}
+		select {
+		case sub.ch <- agentState(ev.State):
+		default:
+		}
+	}
 }
 
 // checkRPCString refuses a string argument libvirtd would not accept.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/digitalocean/go-libvirt"
 )
 
 // libvirtProxy relays unix connections to libvirtd so a test can cut them,
@@ -132,6 +134,34 @@ func TestE2ELibvirtReconnect(t *testing.T) {
 			break
 		}
 	}
+	// Resets of two VMs watch agent events at once (libvirtd allows one
+	// registration per event and connection; the second reset used to fall
+	// back to pings); their subscriptions end when the connection drops.
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	var subs []<-chan agentState
+	for _, name := range []string{"deskfarm-agent-a", "deskfarm-agent-b"} {
+		ch, err := c.agentEvents(sctx, libvirt.Domain{Name: name})
+		if err != nil {
+			t.Fatalf("agent events of %s: %v", name, err)
+		}
+		subs = append(subs, ch)
+	}
+	proxy.cut()
+	for i, ch := range subs {
+		select {
+		case _, ok := <-ch:
+			if ok {
+				t.Fatalf("subscription %d: an event for a domain that does not exist", i)
+			}
+		case <-ctx.Done():
+			t.Fatalf("subscription %d not ended by the dropped connection", i)
+		}
+	}
+	if _, err := c.listDomains(ctx); err != nil {
+		t.Fatalf("call after the connection dropped: %v", err)
+	}
+
 	// A call lost with the connection is re-sent only if it is idempotent.
 	proxy.mu.Lock()
 	proxy.dropNext = true

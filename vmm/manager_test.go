@@ -274,6 +274,88 @@ func TestResetLoadvmFailureBreaksVM(t *testing.T) {
 	f.noEvent(t)
 }
 
+// A reset answers only once libvirt has reopened its agent connection: a
+// ping answered on the connection loadvm is about to make libvirt close does
+// not end it (an exec right after would fail "guest agent disappeared").
+// The agent-event subscription ends with the reset.
+func TestResetWaitsForAgentReconnect(t *testing.T) {
+	hv := newFakeHV()
+	hv.holdAgentEvents = true
+	f := newTestFarm(t, hv, func(c *Config) { c.AgentTimeout = 5 * time.Second })
+	vm, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.m.Reset(context.Background(), vm.ID)
+		done <- err
+	}()
+	// Until libvirt handles the port's close, the old connection answers.
+	waitFor(t, func() bool { return hv.agentSubscriptions() == 1 && hasCall(hv, "hmp:loadvm") })
+	select {
+	case err := <-done:
+		t.Fatalf("reset returned (%v) before libvirt closed and reopened its agent connection", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	hv.agentLifecycle(vm.Domain, agentDisconnected)
+	select {
+	case err := <-done:
+		t.Fatalf("reset returned (%v) while libvirt's agent connection was closed", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	hv.mu.Lock()
+	sentBefore := len(hv.agentCmds)
+	hv.mu.Unlock()
+	hv.agentLifecycle(vm.Domain, agentConnected)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("reset: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("reset did not return after the agent reconnected")
+	}
+	hv.mu.Lock()
+	after := hv.agentCmds[sentBefore:]
+	hv.mu.Unlock()
+	if len(after) == 0 || !strings.Contains(after[len(after)-1], "guest-ping") {
+		t.Fatalf("agent commands after the reconnect %q, want a ping on the new connection", after)
+	}
+	waitFor(t, func() bool { return hv.agentSubscriptions() == 0 })
+}
+
+// Without agent events (a libvirt that refuses the subscription) a reset
+// still ends, on pings alone.
+func TestResetWithoutAgentEvents(t *testing.T) {
+	hv := newFakeHV()
+	hv.fail["agentevents"] = errors.New("fake: no agent lifecycle events")
+	f := newTestFarm(t, hv, nil)
+	vm, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.Reset(context.Background(), vm.ID); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+}
+
+func hasCall(hv *fakeHV, name string) bool {
+	hv.mu.Lock()
+	defer hv.mu.Unlock()
+	return slices.Contains(hv.calls, name)
+}
+
+// waitFor polls cond for up to two seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 2 s")
+		}
+	}
+}
+
 // A reset cut short by ctx while loadvm runs returns at once, and the VM,
 // whose guest state is now unknown, is broken.
 func TestResetHonoursContext(t *testing.T) {
