@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -15,6 +16,48 @@ type agent struct {
 	hv  hypervisor
 	dom libvirt.Domain
 	vm  string
+
+	// gate is open (non-nil, not closed) while libvirt reopens its agent
+	// connection after a loadvm: calls wait for it to close (see
+	// Manager.reopenAgent). nil: calls go straight through.
+	gateMu sync.Mutex
+	gate   chan struct{}
+}
+
+// hold makes calls wait until release: libvirt is about to close and reopen
+// its connection to the agent.
+func (a *agent) hold() {
+	a.gateMu.Lock()
+	defer a.gateMu.Unlock()
+	if a.gate == nil {
+		a.gate = make(chan struct{})
+	}
+}
+
+// release lets calls through again.
+func (a *agent) release() {
+	a.gateMu.Lock()
+	defer a.gateMu.Unlock()
+	if a.gate != nil {
+		close(a.gate)
+		a.gate = nil
+	}
+}
+
+// awaitOpen waits until the connection is not being reopened, or ctx ends.
+func (a *agent) awaitOpen(ctx context.Context) error {
+	a.gateMu.Lock()
+	g := a.gate
+	a.gateMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("agent on vm %s: waiting for libvirt to reopen its connection after a reset: %w", a.vm, ctx.Err())
+	}
 }
 
 // agentCallTimeout bounds one agent round trip; long work (exec) polls.
@@ -37,14 +80,23 @@ func (a *agent) run(ctx context.Context, name string, args, out any) error {
 // "exited", a retry answers "Invalid parameter 'pid'" and the exit code and
 // output are gone: a retry saves only polls of a still running process. And
 // the one cause of "disappeared" on a running VM seen here, libvirt closing
-// its agent connection after a loadvm, no longer overlaps an exec: Reset
-// waits for the reopen (awaitAgentReopen) and an exec holds its VM against
-// resets. The error is reported as it came.
+// its agent connection after a loadvm, no longer overlaps an exec: every
+// call waits while the connection is reopened (the gate, Manager.reopenAgent)
+// and an exec holds its VM against resets. The error is reported as it came.
 var idempotentAgentCommands = map[string]bool{"guest-ping": true, "guest-info": true, "guest-get-time": true}
 
 // runArgs is run with the arguments made afresh for each attempt, for
 // commands whose arguments go stale while retrying (guest-set-time).
 func (a *agent) runArgs(ctx context.Context, name string, args func() any, out any) error {
+	if err := a.awaitOpen(ctx); err != nil {
+		return err
+	}
+	return a.call(ctx, name, args, out)
+}
+
+// call is runArgs without waiting for the gate: for the pings that decide
+// when it opens.
+func (a *agent) call(ctx context.Context, name string, args func() any, out any) error {
 	reply, err := a.attempt(ctx, name, args())
 	// After a RAM restore libvirt drops and re-opens its agent connection
 	// (seen for up to ~1 s here); a command in that window is retried rather
@@ -121,7 +173,9 @@ func (a *agent) waitReady(ctx context.Context, died func() error) error {
 	}
 }
 
-func (a *agent) ping(ctx context.Context) error { return a.run(ctx, "guest-ping", nil, nil) }
+func (a *agent) ping(ctx context.Context) error {
+	return a.call(ctx, "guest-ping", func() any { return nil }, nil)
+}
 
 // setTime sets the guest clock; after a RAM restore it is back at snapshot time.
 func (a *agent) setTime(ctx context.Context) error {

@@ -17,10 +17,12 @@ import (
 )
 
 // Reset returns a ready VM to its ready snapshot: RAM, devices and disk via
-// QEMU's loadvm, then the guest clock (restored to snapshot time) is set. It
-// returns once the guest agent answers on the connection libvirt reopened
-// after loadvm (awaitAgentReopen). A reset that fails, or that ctx cuts short while loadvm may be running,
-// leaves the VM StateBroken (EventDied): its guest state is unknown.
+// QEMU's loadvm, then the guest clock (restored to snapshot time) is set.
+// It returns then, while libvirt is still reopening its guest agent
+// connection (reopenAgent); guest agent calls wait for that, screenshots and
+// input do not. A reset that fails, or that ctx cuts short while loadvm may
+// be running, leaves the VM StateBroken (EventDied): its guest state is
+// unknown.
 func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 	mc, err := m.lookup(id)
 	if err != nil {
@@ -41,41 +43,78 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 		}
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
 	}
+	// The previous reset's reopen, if it is still going, ends first: one
+	// reopen at a time per VM.
+	if err := mc.agent.awaitOpen(ctx); err != nil {
+		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
+	}
 	start := time.Now()
 	// Subscribed before loadvm, so the events loadvm causes cannot be
-	// missed; the subscription ends with the reset.
-	actx, cancel := context.WithTimeout(ctx, m.cfg.AgentTimeout)
-	defer cancel()
-	agentEvs, err := m.hv.agentEvents(actx, mc.dom)
+	// missed; the subscription ends with the reopen, which outlives the
+	// reset (bounded by AgentTimeout and by the VM's life).
+	rctx, rcancel := context.WithTimeout(context.Background(), m.cfg.AgentTimeout)
+	agentEvs, err := m.hv.agentEvents(rctx, mc.dom)
 	if err != nil {
 		m.log.Warn("no guest agent events; waiting on pings alone", "vm", id, "op", "reset", "err", err)
 	}
+	mc.agent.hold()
 	if err := mc.mon.loadVM(ctx, readySnapshot); err != nil {
+		rcancel()
+		mc.agent.release()
 		m.markBroken(mc, "loadvm failed: "+err.Error())
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
 	loaded := time.Since(start)
-	if agentEvs != nil {
-		if err := m.awaitAgentReopen(actx, mc, agentEvs); err != nil {
-			m.markBroken(mc, "guest agent after reset failed")
-			return ResetResult{}, fmt.Errorf("reset vm %s: guest agent: %w", id, m.guestErr(ctx, mc, err))
-		}
-	}
+	go m.reopenAgent(rctx, rcancel, mc, agentEvs, start)
 	if err := m.setClock(ctx, mc); err != nil {
 		m.markBroken(mc, "clock after reset failed")
 		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(ctx, mc, err))
-	}
-	// The agent on libvirt's new connection answers before the reset does.
-	err = mc.agent.waitReady(actx, func() error { return m.checkAlive(actx, mc, filepath.Join(mc.meta.Dir, "console.log")) })
-	if err != nil {
-		m.markBroken(mc, "guest agent after reset failed")
-		return ResetResult{}, fmt.Errorf("reset vm %s: guest agent: %w", id, m.guestErr(ctx, mc, err))
 	}
 	mc.resets++
 	m.publish(EventReset, mc, "")
 	d := time.Since(start)
 	m.log.Info("vm reset", "vm", id, "op", "reset", "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
 	return ResetResult{Duration: d}, nil
+}
+
+// reopenAgent runs after a reset's loadvm, outside the reset: it waits for
+// libvirt's new agent connection (awaitAgentReopen), then for the agent to
+// answer a ping on it, and then lets guest agent calls through (the gate,
+// agent.hold). Measured: libvirt's reopen takes 0.35 / 0.74 / 1.0 s (p10 /
+// median / p90 over 535 resets in two 10-minute soaks); waiting for it
+// inside Reset made a reset 1.1 s median instead of about 0.3 s, although
+// only agent calls need it. An agent call made meanwhile waits (bounded by
+// its ctx); screenshots and input, which go over VNC, do not.
+//
+// If the reopen fails (no answer within AgentTimeout), the gate opens anyway
+// and calls meet the agent's own error. It ends early when the VM goes away
+// or the Manager closes (mc.stopWatch).
+func (m *Manager) reopenAgent(ctx context.Context, cancel context.CancelFunc, mc *machine, evs <-chan agentState, start time.Time) {
+	defer cancel()
+	defer mc.agent.release()
+	if mc.stopWatch != nil {
+		stop := mc.stopWatch
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if evs != nil {
+		if err := m.awaitAgentReopen(ctx, mc, evs); err != nil {
+			m.log.Warn("guest agent not reopened after reset", "vm", mc.meta.ID, "op", "reset", "err", err)
+			return
+		}
+	}
+	died := func() error { return m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")) }
+	if err := mc.agent.waitReady(ctx, died); err != nil {
+		m.log.Warn("guest agent did not answer after reset", "vm", mc.meta.ID, "op", "reset", "err", err)
+		return
+	}
+	m.log.Debug("guest agent answers after reset", "vm", mc.meta.ID, "op", "reset",
+		"after_loadvm", time.Since(start).Round(time.Millisecond))
 }
 
 // agentReopenWait bounds waiting for libvirt's "agent connected" event after

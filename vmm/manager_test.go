@@ -274,34 +274,31 @@ func TestResetLoadvmFailureBreaksVM(t *testing.T) {
 	f.noEvent(t)
 }
 
-// A reset answers only once libvirt has reopened its agent connection: a
-// ping answered on the connection loadvm is about to make libvirt close does
-// not end it (an exec right after would fail "guest agent disappeared").
-// The agent-event subscription ends with the reset.
-func TestResetWaitsForAgentReconnect(t *testing.T) {
-	hv := newFakeHV()
-	hv.holdAgentEvents = true
-	f := newTestFarm(t, hv, func(c *Config) { c.AgentTimeout = 5 * time.Second })
-	vm, err := f.m.Create(context.Background(), tinyOpts)
-	if err != nil {
-		t.Fatal(err)
+// A reset returns once loadvm and the clock are done, without waiting for
+// libvirt to reopen its agent connection; an agent call made meanwhile waits
+// for the reopen: a ping answered on the connection loadvm is about to make
+// libvirt close does not let it through (the exec would fail "guest agent
+// disappeared"), only libvirt's "connected" and a ping on the new connection
+// do. The agent-event subscription ends with the reopen.
+func TestResetAgentCallsWaitForReconnect(t *testing.T) {
+	hv, f, vm := resetHeldAgent(t)
+	if hv.agentSubscriptions() != 1 {
+		t.Fatalf("%d agent-event subscriptions after the reset, want 1 (the reopen's)", hv.agentSubscriptions())
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.m.Reset(context.Background(), vm.ID)
+		_, err := f.m.Exec(context.Background(), vm.ID, ExecRequest{Argv: []string{"true"}})
 		done <- err
 	}()
-	// Until libvirt handles the port's close, the old connection answers.
-	waitFor(t, func() bool { return hv.agentSubscriptions() == 1 && hasCall(hv, "hmp:loadvm") })
 	select {
 	case err := <-done:
-		t.Fatalf("reset returned (%v) before libvirt closed and reopened its agent connection", err)
+		t.Fatalf("exec returned (%v) before libvirt closed and reopened its agent connection", err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	hv.agentLifecycle(vm.Domain, agentDisconnected)
 	select {
 	case err := <-done:
-		t.Fatalf("reset returned (%v) while libvirt's agent connection was closed", err)
+		t.Fatalf("exec returned (%v) while libvirt's agent connection was closed", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	hv.mu.Lock()
@@ -311,18 +308,57 @@ func TestResetWaitsForAgentReconnect(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("reset: %v", err)
+			t.Fatalf("exec after the reconnect: %v", err)
 		}
 	case <-time.After(3 * time.Second):
-		t.Fatal("reset did not return after the agent reconnected")
+		t.Fatal("exec did not run after the agent reconnected")
 	}
 	hv.mu.Lock()
-	after := hv.agentCmds[sentBefore:]
+	after := slices.Clone(hv.agentCmds[sentBefore:])
 	hv.mu.Unlock()
-	if len(after) == 0 || !strings.Contains(after[len(after)-1], "guest-ping") {
-		t.Fatalf("agent commands after the reconnect %q, want a ping on the new connection", after)
+	ping := slices.IndexFunc(after, func(c string) bool { return strings.Contains(c, "guest-ping") })
+	exec := slices.IndexFunc(after, func(c string) bool { return strings.Contains(c, `"guest-exec"`) })
+	if ping < 0 || exec < ping {
+		t.Fatalf("agent commands after the reconnect %q, want a ping on the new connection, then the exec", after)
 	}
 	waitFor(t, func() bool { return hv.agentSubscriptions() == 0 })
+	// The next reset starts from an open gate.
+	if _, err := f.m.Reset(context.Background(), vm.ID); err != nil {
+		t.Fatalf("second reset: %v", err)
+	}
+	hv.agentLifecycle(vm.Domain, agentConnected)
+	if _, err := f.m.Exec(context.Background(), vm.ID, ExecRequest{Argv: []string{"true"}}); err != nil {
+		t.Fatalf("exec after the second reset: %v", err)
+	}
+}
+
+// resetHeldAgent creates a VM on a fake whose agent events are played by
+// hand, and resets it: libvirt's reopen of the agent is pending.
+func resetHeldAgent(t *testing.T) (*fakeHV, *testFarm, VM) {
+	t.Helper()
+	hv := newFakeHV()
+	hv.holdAgentEvents = true
+	f := newTestFarm(t, hv, func(c *Config) { c.AgentTimeout = 5 * time.Second })
+	vm, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.Reset(context.Background(), vm.ID); err != nil {
+		t.Fatalf("reset: %v (it must not wait for the agent's reconnect)", err)
+	}
+	return hv, f, vm
+}
+
+// An agent call waiting for the reopen gives up with its own ctx.
+func TestResetAgentCallHonoursContext(t *testing.T) {
+	hv, f, vm := resetHeldAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := f.m.Exec(ctx, vm.ID, ExecRequest{Argv: []string{"true"}})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "reopen its connection after a reset") {
+		t.Fatalf("exec cut short while the agent reopens: %v", err)
+	}
+	hv.agentLifecycle(vm.Domain, agentConnected)
 }
 
 // Without agent events (a libvirt that refuses the subscription) a reset
