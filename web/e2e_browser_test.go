@@ -82,6 +82,19 @@ func TestE2EBrowserBackForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTitle(first, 5*time.Minute)
+	// The title comes well before the page is painted and takes input:
+	// under TCG Chromium showed a blank window for another 45 s, and a
+	// click then was lost (seen in CI). Wait, as a user would, until the
+	// link's background (#cde) is on the screen where the click goes.
+	painted := func() bool {
+		c := a.screenshot("format=png&size=native").RGBAAt(960, 500)
+		return c.R == 0xcc && c.G == 0xdd && c.B == 0xee
+	}
+	for deadline := time.Now().Add(5 * time.Minute); !painted(); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatal("page one's link never showed at (960, 500) within 5 minutes")
+		}
+	}
 
 	// Follow the link with an agent's left click in the page.
 	click := func(button string) {
