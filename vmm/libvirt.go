@@ -248,15 +248,25 @@ func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 			}
 			return
 		case <-c.done:
+			// Disconnect first, then end the subscriptions. go-libvirt
+			// deregisters a subscription's callback when its ctx ends; a
+			// DeregisterAny that libvirtd dispatches while it handles the
+			// ConnectClose of the same client races its own cleanup of that
+			// client's callbacks. Done the other way round, libvirtd 9.0
+			// logged "could not find event callback N for deletion" and
+			// "domain event callback N+1 not registered" on every test run,
+			// and once died there (CI, TestE2ELibvirtReconnect). Once
+			// disconnected, the deregistrations fail locally and never
+			// reach libvirtd, which drops a closed client's callbacks itself.
+			l.Disconnect()
 			cancel()
-			for range evs { // deregisters the callback, then closes
+			for range evs {
 			}
 			if aevs != nil {
 				for range aevs {
 				}
 				aevs = nil
 			}
-			l.Disconnect()
 			return
 		}
 	}
