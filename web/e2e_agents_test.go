@@ -9,33 +9,21 @@ import (
 	"image"
 	"image/png"
 	"math/rand/v2"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
-	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/web"
 )
 
 // Issue 11's proof on one real desktop VM: each agent vocabulary drives it
 // through POST /v1/vms/{id}/actions and gets its own answer back.
 func TestE2EAgentProtocolsDesktop(t *testing.T) {
-	m := testenv.Manager(t, "desktop")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &tinyAPI{t: t, m: m, srv: srv, vm: vm}
+	a := startVM(t, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	m, vm, ctx := a.m, a.vm, context.Background()
 	// sh runs a command in the desktop session and returns its stdout.
 	sh := func(script string) string {
 		t.Helper()

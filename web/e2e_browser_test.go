@@ -3,16 +3,12 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
-	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/web"
 )
 
 // An agent's back and forward mouse buttons (X buttons 8 and 9, which QEMU's
@@ -20,16 +16,8 @@ import (
 // Chromium through its history on the osworld image, as a user sees it: the
 // focused window's title follows the page.
 func TestE2EBrowserBackForward(t *testing.T) {
-	m := testenv.Manager(t, "osworld")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &tinyAPI{t: t, m: m, srv: srv, vm: vm}
+	a := startVM(t, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080})
+	m, vm, ctx := a.m, a.vm, context.Background()
 
 	// Two pages; most of page one is its link, so a click in the middle of
 	// the page follows it. The titles share no substring. (A first page

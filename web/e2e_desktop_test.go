@@ -3,30 +3,18 @@ package web_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/deskfarm/deskfarm/desk"
-	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/web"
 )
 
 // On the real desktop, an agent opens a terminal with keys alone, types a
 // command that writes a file, and the file comes back through the guest agent.
 func TestE2EDesktopTerminalByKeys(t *testing.T) {
-	m := testenv.Manager(t, "desktop")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &tinyAPI{t: t, m: m, srv: srv, vm: vm}
+	a := startVM(t, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	m, vm, ctx := a.m, a.vm, context.Background()
 
 	// Claude's default session size on a 1280x800 screen is WXGA: native.
 	res := a.act(`{"tool":"computer_20251124","input":{"action":"key","text":"ctrl+alt+t"}}`, 200)

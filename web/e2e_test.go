@@ -34,11 +34,17 @@ type tinyAPI struct {
 }
 
 func startTiny(t *testing.T) *tinyAPI {
-	m := testenv.Manager(t, "tiny")
+	return startVM(t, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+}
+
+// startVM serves the API with desks over a real farm of opts.Image and
+// creates one VM of opts behind it.
+func startVM(t *testing.T, opts vmm.CreateOptions) *tinyAPI {
+	m := testenv.Manager(t, opts.Image)
 	pool := desk.NewPool(m, nil)
 	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
 	t.Cleanup(func() { srv.Close(); pool.Close() })
-	vm, err := m.Create(context.Background(), vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	vm, err := m.Create(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
-	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
-	"github.com/deskfarm/deskfarm/web"
 )
 
 // keyCounter runs as root in the guest and counts the key presses and
@@ -59,16 +55,8 @@ while True:
 // has the numbers and the fixes). The kernel's keyboard saw every VNC key
 // event in every run (keyCounter), and the VNC-typed lines came out whole.
 func TestE2ETypingAfterPasteUnderLoad(t *testing.T) {
-	m := testenv.Manager(t, "desktop")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &tinyAPI{t: t, m: m, srv: srv, vm: vm}
+	a := startVM(t, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	m, vm, ctx := a.m, a.vm, context.Background()
 	root := func(script string) string {
 		t.Helper()
 		r, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"sh", "-c", script}, Timeout: 30 * time.Second})
