@@ -225,6 +225,12 @@ func (r *run) stepf(n int, format string, args ...any) {
 	r.logf("[%d] "+format, append([]any{n}, args...)...)
 }
 
+// said logs the model's text of step n and keeps it as the run's last.
+func (r *run) said(n int, res *Result, who, text string) {
+	res.Final = text
+	r.stepf(n, "%s: %s", who, clip(text, 200))
+}
+
 // clip shortens s for a log line.
 func clip(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")

@@ -122,8 +122,7 @@ func (r *run) claude20251124(ctx context.Context, llm anthropic.Client, model, t
 		for _, block := range msg.Content {
 			switch b := block.AsAny().(type) {
 			case anthropic.BetaTextBlock:
-				res.Final = b.Text
-				r.stepf(step, "claude: %s", clip(b.Text, 200))
+				r.said(step, res, "claude", b.Text)
 			case anthropic.BetaToolUseBlock:
 				tr := r.claudeToolUse(ctx, step, b)
 				results = append(results, anthropic.BetaContentBlockParamUnion{OfToolResult: tr})

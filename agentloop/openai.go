@@ -78,8 +78,7 @@ func (r *run) openai(ctx context.Context, llm openai.Client, tool, model, task s
 			return fmt.Errorf("step %d: responses: %w", step, err)
 		}
 		if text := resp.OutputText(); text != "" {
-			res.Final = text
-			r.stepf(step, "openai: %s", clip(text, 200))
+			r.said(step, res, "openai", text)
 		}
 		var outputs responses.ResponseInputParam
 		for _, item := range resp.Output {

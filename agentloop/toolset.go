@@ -67,8 +67,7 @@ func (r *run) claudeToolset(ctx context.Context, llm anthropic.Client, model, ta
 		for _, block := range msg.Content {
 			switch b := block.AsAny().(type) {
 			case anthropic.TextBlock:
-				res.Final = b.Text
-				r.stepf(step, "claude: %s", clip(b.Text, 200))
+				r.said(step, res, "claude", b.Text)
 			case anthropic.ToolUseBlock:
 				uses = append(uses, b)
 			}

@@ -59,9 +59,6 @@ older preview tool. Without --model, each tool gets its model:
 				if opts.Tool == "" {
 					opts.Tool = agentloop.ClaudeTools[0]
 				}
-				if !slices.Contains(agentloop.ClaudeTools, opts.Tool) {
-					return fmt.Errorf("--tool %q: --provider anthropic has %s", opts.Tool, strings.Join(agentloop.ClaudeTools, ", "))
-				}
 				key := env.Getenv("ANTHROPIC_API_KEY")
 				if key == "" {
 					return errors.New("set ANTHROPIC_API_KEY")
@@ -81,9 +78,6 @@ older preview tool. Without --model, each tool gets its model:
 				if opts.Tool == "" {
 					opts.Tool = agentloop.OpenAITools[0]
 				}
-				if !slices.Contains(agentloop.OpenAITools, opts.Tool) {
-					return fmt.Errorf("--tool %q: --provider openai has %s", opts.Tool, strings.Join(agentloop.OpenAITools, ", "))
-				}
 				key := env.Getenv("OPENAI_API_KEY")
 				if key == "" {
 					return errors.New("set OPENAI_API_KEY")
@@ -101,6 +95,9 @@ older preview tool. Without --model, each tool gets its model:
 				res, err = agentloop.OpenAI(cmd.Context(), c, openai.NewClient(o...), model, args[0], opts)
 			default:
 				return fmt.Errorf("--provider %q: want anthropic or openai", provider)
+			}
+			if errors.Is(err, agentloop.ErrUnknownTool) {
+				return fmt.Errorf("--tool with --provider %s: %w", provider, err)
 			}
 			if err != nil {
 				return err
