@@ -93,6 +93,24 @@ func (c cuaClient) activeWindow() string {
 	return strings.TrimSpace(out)
 }
 
+// openTerminal opens a terminal by hotkey, as a person would, and returns
+// its window id once it has the focus.
+func (c cuaClient) openTerminal() string {
+	c.t.Helper()
+	c.ok("hotkey", map[string]any{"keys": []string{"ctrl", "alt", "t"}})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, _, _ := c.shell(`a=$(xdotool getactivewindow) && xdotool search --onlyvisible --class lxterminal | grep -qx "$a" && echo "$a"`)
+		if term := strings.TrimSpace(out); term != "" {
+			return term
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal("no focused terminal after ctrl+alt+t")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // On the desktop image, Cua's commands drive the VM through deskfarm's API:
 // a terminal opened with a hotkey, a click that moves the focus, a command
 // typed into the terminal, run_command as the desktop user, files written and
@@ -132,20 +150,7 @@ func TestE2ECuaDesktop(t *testing.T) {
 		t.Fatalf("run_command: %q %q %d, want %q", stdout, stderr, code, want)
 	}
 
-	// A terminal, by hotkey; wait for it to have the focus.
-	c.ok("hotkey", map[string]any{"keys": []string{"ctrl", "alt", "t"}})
-	var term string
-	deadline := time.Now().Add(90 * time.Second)
-	for term == "" {
-		out, _, _ := c.shell(`a=$(xdotool getactivewindow) && xdotool search --onlyvisible --class lxterminal | grep -qx "$a" && echo "$a"`)
-		term = strings.TrimSpace(out)
-		if term == "" {
-			if time.Now().After(deadline) {
-				t.Fatal("no focused terminal after ctrl+alt+t")
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
+	term := c.openTerminal()
 	geo, _, _ := c.shell("xdotool getwindowgeometry --shell " + term)
 	var x, y, ww, wh int
 	for _, kv := range strings.Fields(geo) {
@@ -190,7 +195,7 @@ func TestE2ECuaDesktop(t *testing.T) {
 	}
 	cx, cy := x+ww/2, y+wh/2
 	c.ok("left_click", map[string]any{"x": cx, "y": cy})
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for c.activeWindow() != term {
 		if time.Now().After(deadline) {
 			t.Fatalf("a click at %d,%d in the terminal did not focus it", cx, cy)
@@ -282,5 +287,101 @@ func TestE2ECuaDesktop(t *testing.T) {
 	if answers[0]["image_data"] == nil || answers[1]["position"] == nil || answers[2]["content"] != "cua\n" {
 		t.Fatalf("websocket answers out of order or wrong: screenshot %v, cursor %v, read_text %v",
 			answers[0]["format"], answers[1], answers[2])
+	}
+}
+
+// The issue's text, which Cua's type_text garbled ("Grße, caf ï nave ✓ 日"
+// when it went through xdotool type in the guest).
+const unicodeText = "Grüße, café — naïve ✓ 日本語"
+
+// On the desktop image, Cua's type_text of non-ASCII text arrives in a
+// terminal byte for byte, is recorded in the activity log like any agent's
+// input, and the clipboard round-trips Unicode. While a person holds
+// control, a Cua command is refused with the code the actions route gives.
+// The calls are Cua's client's (computer/interface/generic.py @ b296ec9):
+// type_text(text) sends {"command": "type_text", "params": {"text": text}},
+// press(key) "press_key", hotkey(*keys) "hotkey" with "keys",
+// set_clipboard(text) and copy_to_clipboard().
+func TestE2ECuaUnicodeAndControl(t *testing.T) {
+	m := testenv.Manager(t, "desktop")
+	pool := desk.NewPool(m, nil)
+	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
+	t.Cleanup(func() { srv.Close(); pool.Close() })
+	ctx := context.Background()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cuaClient{t: t, base: srv.URL + "/v1/vms/" + vm.ID + "/cua"}
+	c.openTerminal()
+
+	// cat copies what the terminal gets, byte for byte, into a file.
+	c.ok("type_text", map[string]any{"text": "cat > /tmp/typed.txt\n"})
+	c.ok("type_text", map[string]any{"text": unicodeText})
+	c.ok("press_key", map[string]any{"key": "enter"})
+	c.ok("hotkey", map[string]any{"keys": []string{"ctrl", "d"}})
+	want := unicodeText + "\n"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, ok := c.readText("/tmp/typed.txt")
+		if ok && got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal got %q (%v), want %q", got, ok, want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	d, err := pool.Get(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := d.Activity(0)
+	var logged bool
+	for _, ev := range evs {
+		logged = logged || (ev.Source == desk.SourceAgent && ev.Kind == "type" && ev.Text == unicodeText)
+	}
+	if !logged {
+		t.Fatalf("no agent type event with the text in the activity log: %+v", evs)
+	}
+
+	c.ok("set_clipboard", map[string]any{"text": unicodeText})
+	if got := c.ok("copy_to_clipboard", nil)["content"]; got != unicodeText {
+		t.Fatalf("copy_to_clipboard: %q, want %q", got, unicodeText)
+	}
+
+	// A person takes control: Cua's input is refused as the actions
+	// route's is, with the same code.
+	if _, err := d.TakeControl(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(srv.URL+"/v1/vms/"+vm.ID+"/actions", "application/json",
+		strings.NewReader(`{"tool":"neutral","input":[{"kind":"type","text":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	json.NewDecoder(resp.Body).Decode(&apiErr)
+	resp.Body.Close()
+	if apiErr.Error.Code == "" {
+		t.Fatalf("actions route under human control: HTTP %d without an error code", resp.StatusCode)
+	}
+	for _, cmd := range []struct {
+		name   string
+		params map[string]any
+	}{
+		{"type_text", map[string]any{"text": unicodeText}},
+		{"left_click", map[string]any{"x": 10, "y": 10}},
+		{"scroll", map[string]any{"x": 2, "y": 0}},
+		{"set_clipboard", map[string]any{"text": "x"}},
+	} {
+		out := c.cmd(cmd.name, cmd.params)
+		if out["success"] != false || out["code"] != apiErr.Error.Code {
+			t.Errorf("%s under human control: %v, want success false and code %q as on the actions route",
+				cmd.name, out, apiErr.Error.Code)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -225,4 +227,27 @@ func (s session) launch(ctx context.Context, o launchOp) (any, error) {
 		return nil, fmt.Errorf("launch %s: no pid in %q", o.app, out)
 	}
 	return pidReply{PID: pid}, nil
+}
+
+// tree walks the desktop's accessibility tree with the AT-SPI reader that
+// OSWorld's /accessibility runs too (package atspi), in Cua's shape. A
+// guest without python3 or pyatspi is atspi.ErrUnavailable.
+func (s session) tree(ctx context.Context) (json.RawMessage, error) {
+	res, err := s.run(ctx, atspi.Script, atspi.Timeout, atspi.Argv(atspi.ModeCua)...)
+	switch {
+	case errors.Is(err, guestx.ErrNotFound):
+		return nil, fmt.Errorf("get_accessibility_tree: %w", atspi.ErrUnavailable)
+	case errors.Is(err, vmm.ErrTimeout) && ctx.Err() == nil:
+		return nil, fmt.Errorf("get_accessibility_tree: the AT-SPI walk did not finish within %s: %w", atspi.Timeout, err)
+	case err != nil:
+		return nil, fmt.Errorf("get_accessibility_tree: %w", err)
+	}
+	out, err := atspi.Output(atspi.ModeCua, res.ExitCode, res.Stdout, res.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("get_accessibility_tree: %w", err)
+	}
+	if !json.Valid(out) {
+		return nil, fmt.Errorf("get_accessibility_tree: the AT-SPI reader printed no JSON (%d bytes)", len(out))
+	}
+	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/gorilla/websocket"
@@ -292,6 +293,16 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		return h.s.file(ctx, o)
 	case launchOp:
 		return h.s.launch(ctx, o)
+	case treeOp:
+		tree, err := h.s.tree(ctx)
+		if errors.Is(err, atspi.ErrUnavailable) {
+			return unsupportedReply{Code: "unsupported", Error: "get_accessibility_tree: " + err.Error() +
+				"; deskfarm's osworld image has it"}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return treeReply{Tree: tree}, nil
 	case windowOp:
 		if o.command == "set_window_size" || o.command == "set_window_position" ||
 			o.command == "minimize_window" || o.command == "activate_window" {

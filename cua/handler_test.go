@@ -23,6 +23,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
@@ -139,6 +140,9 @@ type hostGuest struct {
 	guestUI [][]string
 	// xdo answers xdotool subcommands (argv[1]) with stdout.
 	xdo map[string]string
+	// a11y answers the AT-SPI reader (python3 - MODE): nil exits 3, as in
+	// an image without pyatspi.
+	a11y func(mode string, stdin []byte) vmm.ExecResult
 }
 
 func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
@@ -154,6 +158,11 @@ func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResu
 		g.guestUI = append(g.guestUI, argv)
 		g.mu.Unlock()
 		return vmm.ExecResult{Stdout: []byte(g.xdo[argv[1]])}, nil
+	case argv[0] == "python3":
+		if g.a11y == nil {
+			return vmm.ExecResult{ExitCode: 3, Stderr: []byte("no AT-SPI in this guest: No module named 'pyatspi'\n")}, nil
+		}
+		return g.a11y(argv[2], req.Stdin), nil
 	}
 	if req.Timeout <= 0 {
 		g.t.Errorf("guest call without a timeout: %q", argv)
@@ -519,10 +528,35 @@ func TestClipboardAndUnsupported(t *testing.T) {
 	if got := r.desk.played(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("played %#v", got)
 	}
-	out := r.cmd("get_accessibility_tree", nil)
-	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "get_accessibility_tree") {
+	out := r.cmd("find_element", nil)
+	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "find_element") {
 		t.Fatalf("unsupported: %v", out)
 	}
+}
+
+// get_accessibility_tree runs the AT-SPI reader OSWorld's /accessibility
+// runs (package atspi) in Cua's mode and answers its tree; an image without
+// AT-SPI answers unsupported, as before; a reader that fails says why.
+func TestAccessibilityTree(t *testing.T) {
+	r := newRig(t)
+	out := r.cmd("get_accessibility_tree", nil)
+	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "AT-SPI") {
+		t.Fatalf("without AT-SPI: %v", out)
+	}
+	r.guest.a11y = func(mode string, stdin []byte) vmm.ExecResult {
+		if mode != "cua" || !bytes.Equal(stdin, atspi.Script) {
+			return vmm.ExecResult{ExitCode: 2, Stderr: []byte("wrong reader call")}
+		}
+		return vmm.ExecResult{Stdout: []byte(`{"role": "desktop frame", "title": "", "children": [{"role": "application", "title": "gnome-terminal-server", "children": []}]}`)}
+	}
+	tree := r.ok("get_accessibility_tree", nil)["tree"].(map[string]any)
+	if tree["role"] != "desktop frame" || tree["children"].([]any)[0].(map[string]any)["title"] != "gnome-terminal-server" {
+		t.Fatalf("tree %v", tree)
+	}
+	r.guest.a11y = func(string, []byte) vmm.ExecResult {
+		return vmm.ExecResult{ExitCode: 1, Stderr: []byte("Traceback (most recent call last):\n  ...\nGLib.GError: g-dbus-error-quark: timeout\n")}
+	}
+	r.fails("get_accessibility_tree", nil, "GLib.GError: g-dbus-error-quark: timeout")
 }
 
 func wsDial(t *testing.T, r *rig) *websocket.Conn {

@@ -47,7 +47,9 @@ type (
 	}
 	// clipboardGetOp reads the clipboard (an actions.ClipboardGet).
 	clipboardGetOp struct{}
-	launchOp       struct {
+	// treeOp reads the desktop's accessibility tree (package atspi).
+	treeOp   struct{}
+	launchOp struct {
 		app  string
 		args []string // nil: app is a shell string
 	}
@@ -65,6 +67,7 @@ func (screenshotOp) isOp()   {}
 func (shellOp) isOp()        {}
 func (fileOp) isOp()         {}
 func (clipboardGetOp) isOp() {}
+func (treeOp) isOp()         {}
 func (launchOp) isOp()       {}
 func (unsupportedOp) isOp()  {}
 func (authOp) isOp()         {}
@@ -109,47 +112,48 @@ type parser func(p json.RawMessage, home string) (op, error)
 
 // commands are the commands served, by canonical name.
 var commands = map[string]parser{
-	"version":             func(json.RawMessage, string) (op, error) { return versionOp{}, nil },
-	"get_screen_size":     func(json.RawMessage, string) (op, error) { return screenSizeOp{}, nil },
-	"get_cursor_position": func(json.RawMessage, string) (op, error) { return cursorOp{}, nil },
-	"screenshot":          parseScreenshot,
-	"left_click":          clickParser(actions.ButtonLeft, 1),
-	"right_click":         clickParser(actions.ButtonRight, 1),
-	"double_click":        clickParser(actions.ButtonLeft, 2),
-	"move_cursor":         parseMove,
-	"mouse_down":          buttonParser(true),
-	"mouse_up":            buttonParser(false),
-	"drag_to":             parseDragTo,
-	"drag":                parseDrag,
-	"scroll":              parseScroll,
-	"scroll_up":           clicksParser(actions.ScrollUp),
-	"scroll_down":         clicksParser(actions.ScrollDown),
-	"scroll_direction":    parseScrollDirection,
-	"key_down":            keyParser("key_down", func(k actions.Key) actions.Action { return actions.KeyDown{Keys: []actions.Key{k}} }),
-	"key_up":              keyParser("key_up", func(k actions.Key) actions.Action { return actions.KeyUp{Keys: []actions.Key{k}} }),
-	"press_key":           keyParser("press_key", func(k actions.Key) actions.Action { return actions.KeyPress{Keys: []actions.Key{k}} }),
-	"hotkey":              parseHotkey,
-	"type_text":           parseTypeText,
-	"run_command":         parseShell,
-	"file_exists":         pathParser(fileExists),
-	"directory_exists":    pathParser(dirExists),
-	"list_dir":            pathParser(listDir),
-	"read_text":           pathParser(readText),
-	"get_file_size":       pathParser(fileSize),
-	"delete_file":         pathParser(deleteFile),
-	"create_dir":          pathParser(createDir),
-	"delete_dir":          pathParser(deleteDir),
-	"write_text":          parseWriteText,
-	"read_bytes":          parseReadBytes,
-	"write_bytes":         parseWriteBytes,
-	"copy_to_clipboard":   func(json.RawMessage, string) (op, error) { return clipboardGetOp{}, nil },
-	"set_clipboard":       parseSetClipboard,
-	"launch":              parseLaunch,
+	"version":                func(json.RawMessage, string) (op, error) { return versionOp{}, nil },
+	"get_screen_size":        func(json.RawMessage, string) (op, error) { return screenSizeOp{}, nil },
+	"get_cursor_position":    func(json.RawMessage, string) (op, error) { return cursorOp{}, nil },
+	"screenshot":             parseScreenshot,
+	"left_click":             clickParser(actions.ButtonLeft, 1),
+	"right_click":            clickParser(actions.ButtonRight, 1),
+	"double_click":           clickParser(actions.ButtonLeft, 2),
+	"move_cursor":            parseMove,
+	"mouse_down":             buttonParser(true),
+	"mouse_up":               buttonParser(false),
+	"drag_to":                parseDragTo,
+	"drag":                   parseDrag,
+	"scroll":                 parseScroll,
+	"scroll_up":              clicksParser(actions.ScrollUp),
+	"scroll_down":            clicksParser(actions.ScrollDown),
+	"scroll_direction":       parseScrollDirection,
+	"key_down":               keyParser("key_down", func(k actions.Key) actions.Action { return actions.KeyDown{Keys: []actions.Key{k}} }),
+	"key_up":                 keyParser("key_up", func(k actions.Key) actions.Action { return actions.KeyUp{Keys: []actions.Key{k}} }),
+	"press_key":              keyParser("press_key", func(k actions.Key) actions.Action { return actions.KeyPress{Keys: []actions.Key{k}} }),
+	"hotkey":                 parseHotkey,
+	"type_text":              parseTypeText,
+	"run_command":            parseShell,
+	"file_exists":            pathParser(fileExists),
+	"directory_exists":       pathParser(dirExists),
+	"list_dir":               pathParser(listDir),
+	"read_text":              pathParser(readText),
+	"get_file_size":          pathParser(fileSize),
+	"delete_file":            pathParser(deleteFile),
+	"create_dir":             pathParser(createDir),
+	"delete_dir":             pathParser(deleteDir),
+	"write_text":             parseWriteText,
+	"read_bytes":             parseReadBytes,
+	"write_bytes":            parseWriteBytes,
+	"copy_to_clipboard":      func(json.RawMessage, string) (op, error) { return clipboardGetOp{}, nil },
+	"get_accessibility_tree": func(json.RawMessage, string) (op, error) { return treeOp{}, nil },
+	"set_clipboard":          parseSetClipboard,
+	"launch":                 parseLaunch,
 }
 
 // unsupported are Cua's commands that deskfarm knows and does not serve.
 var unsupported = []string{
-	"get_accessibility_tree", "find_element", "diorama_cmd", "get_desktop_environment",
+	"find_element", "diorama_cmd", "get_desktop_environment",
 	"set_wallpaper", "open", "maximize_window", "close_window",
 }
 

@@ -154,7 +154,8 @@ func TestParseGuestCommands(t *testing.T) {
 		{"version", `{}`, versionOp{}},
 		{"get_screen_size", `{}`, screenSizeOp{}},
 		{"get_cursor_position", `{}`, cursorOp{}},
-		{"get_accessibility_tree", `{}`, unsupportedOp{command: "get_accessibility_tree"}},
+		{"get_accessibility_tree", `{}`, treeOp{}},
+		{"find_element", `{}`, unsupportedOp{command: "find_element"}},
 		{"maximize_window", `{"window_id": 3}`, unsupportedOp{command: "maximize_window"}},
 		{"get_current_window_id", `{}`, windowOp{command: "get_current_window_id"}},
 		{"get_application_windows", `{"app": "Terminal"}`, windowOp{command: "get_application_windows", app: "Terminal"}},
@@ -182,7 +183,7 @@ func TestParseErrors(t *testing.T) {
 		command, params, want string
 		unknown               bool
 	}{
-		{"get_active_window_bounds", `{}`, "Unknown command: get_active_window_bounds. Did you mean: get_application_windows, get_current_window_id, get_cursor_position, get_file_size, get_screen_size?", true},
+		{"get_active_window_bounds", `{}`, "Unknown command: get_active_window_bounds. Did you mean: get_accessibility_tree, get_application_windows, get_current_window_id, get_cursor_position, get_file_size?", true},
 		{"frobnicate", `{}`, "Unknown command: frobnicate", true},
 		{"press_key", `{"key": "hyperdrive"}`, "Unknown key: hyperdrive", false},
 		{"hotkey", `{"keys": ["ctrl", "nope"]}`, "Unknown key in hotkey: nope", false},

@@ -58,6 +58,11 @@ type (
 	authReply struct {
 		Message string `json:"message"`
 	}
+	// treeReply is the accessibility tree, as the AT-SPI reader printed it
+	// (atspi.ModeCua).
+	treeReply struct {
+		Tree json.RawMessage `json:"tree"`
+	}
 )
 
 // failure is an answer that carries "success": false itself: Cua's
