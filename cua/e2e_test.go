@@ -93,6 +93,21 @@ func (c cuaClient) activeWindow() string {
 	return strings.TrimSpace(out)
 }
 
+// startCua creates a VM of image on a real farm served by deskfarm's API, and
+// returns a Cua client of its endpoint, the VM, its desk pool and the API's
+// base URL.
+func startCua(t *testing.T, image string, memMiB int) (cuaClient, vmm.VM, *desk.Pool, string) {
+	m := testenv.Manager(t, image)
+	pool := desk.NewPool(m, nil)
+	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
+	t.Cleanup(func() { srv.Close(); pool.Close() })
+	vm, err := m.Create(context.Background(), vmm.CreateOptions{Image: image, MemoryMiB: memMiB, VCPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cuaClient{t: t, base: srv.URL + "/v1/vms/" + vm.ID + "/cua"}, vm, pool, srv.URL
+}
+
 // openTerminal opens a terminal by hotkey, as a person would, and returns
 // its window id once it has the focus.
 func (c cuaClient) openTerminal() string {
@@ -116,16 +131,7 @@ func (c cuaClient) openTerminal() string {
 // typed into the terminal, run_command as the desktop user, files written and
 // read back, and the websocket.
 func TestE2ECuaDesktop(t *testing.T) {
-	m := testenv.Manager(t, "desktop")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cuaClient{t: t, base: srv.URL + "/v1/vms/" + vm.ID + "/cua"}
+	c, vm, _, _ := startCua(t, "desktop", 1024)
 
 	// Computer.wait_for_ready: version, then get_screen_size.
 	c.ok("version", nil)
@@ -303,16 +309,7 @@ const unicodeText = "Grüße, café — naïve ✓ 日本語"
 // press(key) "press_key", hotkey(*keys) "hotkey" with "keys",
 // set_clipboard(text) and copy_to_clipboard().
 func TestE2ECuaUnicodeAndControl(t *testing.T) {
-	m := testenv.Manager(t, "desktop")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cuaClient{t: t, base: srv.URL + "/v1/vms/" + vm.ID + "/cua"}
+	c, vm, pool, api := startCua(t, "desktop", 1024)
 	c.openTerminal()
 
 	// cat copies what the terminal gets, byte for byte, into a file.
@@ -333,7 +330,7 @@ func TestE2ECuaUnicodeAndControl(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 
-	d, err := pool.Get(ctx, vm.ID)
+	d, err := pool.Get(context.Background(), vm.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,12 +348,17 @@ func TestE2ECuaUnicodeAndControl(t *testing.T) {
 		t.Fatalf("copy_to_clipboard: %q, want %q", got, unicodeText)
 	}
 
+	// The desktop image has no AT-SPI: the tree is unsupported, as before.
+	if out := c.cmd("get_accessibility_tree", nil); out["success"] != false || out["code"] != "unsupported" {
+		t.Fatalf("get_accessibility_tree on the desktop image: %v", out)
+	}
+
 	// A person takes control: Cua's input is refused as the actions
 	// route's is, with the same code.
 	if _, err := d.TakeControl(); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(srv.URL+"/v1/vms/"+vm.ID+"/actions", "application/json",
+	resp, err := http.Post(api+"/v1/vms/"+vm.ID+"/actions", "application/json",
 		strings.NewReader(`{"tool":"neutral","input":[{"kind":"type","text":"x"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -383,5 +385,63 @@ func TestE2ECuaUnicodeAndControl(t *testing.T) {
 			t.Errorf("%s under human control: %v, want success false and code %q as on the actions route",
 				cmd.name, out, apiErr.Error.Code)
 		}
+	}
+}
+
+// On the osworld image, which has AT-SPI, Cua's get_accessibility_tree
+// answers the desktop's tree (the walk OSWorld's /accessibility makes), in
+// Cua's node shape, with the terminal Cua launched in it. Cua's client's
+// get_accessibility_tree() sends the bare command and returns the answer,
+// raising unless success (computer/interface/generic.py @ b296ec9).
+func TestE2ECuaAccessibilityTree(t *testing.T) {
+	c, _, _, _ := startCua(t, "osworld", 2048)
+	c.ok("launch", map[string]any{"app": "gnome-terminal"})
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out, _, _ := c.shell(`python3 -c "import pyatspi; print([a.name for a in pyatspi.Registry.getDesktop(0)])"`)
+		if strings.Contains(out, "gnome-terminal-server") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gnome-terminal never joined the AT-SPI desktop: %q", out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+
+	start := time.Now()
+	out := c.cmd("get_accessibility_tree", nil)
+	t.Logf("get_accessibility_tree answered in %s", time.Since(start).Round(time.Millisecond))
+	if out["success"] != true {
+		t.Fatalf("get_accessibility_tree: %v", out)
+	}
+	type node struct {
+		Role     string
+		Title    string
+		Position *struct{ X, Y int }
+		Size     *struct{ Width, Height int }
+		Children []node
+	}
+	b, _ := json.Marshal(out["tree"])
+	var root node
+	if err := json.Unmarshal(b, &root); err != nil {
+		t.Fatalf("tree: %v in %.300s", err, b)
+	}
+	var term *node
+	var placed int
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.Role == "application" && n.Title == "gnome-terminal-server" {
+			term = n
+		}
+		if n.Position != nil && n.Size != nil && n.Size.Width > 0 {
+			placed++
+		}
+		for i := range n.Children {
+			walk(&n.Children[i])
+		}
+	}
+	walk(&root)
+	if root.Role != "desktop frame" || term == nil || placed == 0 {
+		t.Fatalf("tree root %q, terminal %v, %d nodes on screen: %.500s", root.Role, term != nil, placed, b)
 	}
 }
