@@ -232,8 +232,8 @@ type Zoom struct {
 	Width, Height int
 }
 
-// CursorPosition reports the pointer position as "X=x,Y=y" in screenshot
-// coordinates.
+// CursorPosition reports the pointer position in screenshot coordinates:
+// as Result.Cursor, and as "X=x,Y=y" in Result.Text for Claude.
 type CursorPosition struct{}
 
 // ClipboardGet reads the guest desktop's clipboard (the CLIPBOARD selection)

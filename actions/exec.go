@@ -354,6 +354,7 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 					res.Text += "\n"
 				}
 				res.Text += fmt.Sprintf("X=%d,Y=%d", sx, sy)
+				res.Cursor = &Point{X: sx, Y: sy}
 			}
 		case Screenshot:
 			res.Image, err = c.shot(ctx, e, nil)

@@ -116,8 +116,12 @@ func (o RunOptions) encodeOptions() EncodeOptions {
 // its shape as a Claude tool_result).
 type Result struct {
 	// Text holds the output of cursor_position actions ("X=12,Y=34"), one
-	// line each.
+	// line each: Claude's tool_result text.
 	Text string `json:"text,omitempty"`
+	// Cursor is where the last cursor_position action found the pointer,
+	// in screenshot coordinates; nil when none ran. Code reads this, never
+	// Text.
+	Cursor *Point `json:"cursor,omitempty"`
 	// Image is the last image captured: a zoom, an explicit screenshot, or
 	// the screenshot the policy takes after the actions. Screenshots are at
 	// the session's screenshot size.

@@ -42,7 +42,7 @@ type Desk struct {
 
 	// guest and activity reach inside the guest (nil without a farm that
 	// can: GuestExec, CPUTimer).
-	guest    actions.GuestInput
+	guest    *guestInput
 	activity actions.GuestActivity
 }
 
@@ -138,8 +138,12 @@ func (d *Desk) executor(size actions.ScreenshotSize) (*actions.Executor, error) 
 		d.lru.MoveToFront(el)
 		return el.Value.(*execEntry).e, nil
 	}
+	var guest actions.GuestInput // a nil *guestInput would be a non-nil interface
+	if d.guest != nil {
+		guest = d.guest
+	}
 	e, err := actions.NewExecutor(d.disp, actions.ExecutorConfig{Size: size, Logger: d.log.With("vm", d.VM),
-		Guest: d.guest, Activity: d.activity, GuestIdle: GuestIdle})
+		Guest: guest, Activity: d.activity, GuestIdle: GuestIdle})
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +194,7 @@ func (d *Desk) Run(ctx context.Context, size actions.ScreenshotSize, acts []acti
 	if err != nil {
 		return RunResult{}, err
 	}
+	d.syncPointer(ctx, acts)
 	res, err := e.Run(ctx, acts, opts)
 	sc := e.Scaler()
 	d.act.add(agentEvents(acts, res, sc)...)
@@ -275,9 +280,65 @@ func (r deskRunner) Run(ctx context.Context, acts []actions.Action, opts actions
 	if since, ok := r.d.Human(); ok {
 		return actions.Result{}, &HumanControlError{VM: r.d.VM, Since: since}
 	}
+	r.d.syncPointer(ctx, acts)
 	res, err := r.e.Run(ctx, acts, opts)
 	r.d.act.add(agentEvents(acts, res, r.e.Scaler())...)
 	return res, err
+}
+
+// syncPointer tells the display where the guest's pointer is when acts
+// need the pointer's position (needsPointer) and the display has sent no
+// pointer event yet, so it cannot know: after the desk opens, a click
+// without coordinates or cursor_position would otherwise fail with
+// actions.ErrPointerUnknown. Cua's commands act where the pointer is when
+// they name no point, and its client asks get_cursor_position first.
+//
+// The event goes straight to the display, in native pixels (through an
+// executor of a scaled size the position would round off by a pixel), with
+// no buttons: none can be held before the first pointer event. It moves
+// the pointer where it already is, so it is not logged as an action.
+// Without the guest input path, or when the guest cannot say, acts run as
+// they are and fail as before.
+func (d *Desk) syncPointer(ctx context.Context, acts []actions.Action) {
+	if d.guest == nil || !needsPointer(acts) {
+		return
+	}
+	if x, _ := d.disp.CursorPos(); x >= 0 {
+		return
+	}
+	at, err := d.guest.pointer(ctx)
+	if err == nil {
+		err = d.disp.Pointer(at.X, at.Y, 0)
+	}
+	if err != nil {
+		d.log.Warn("pointer position from the guest", "vm", d.VM, "op", "actions", "err", err)
+	}
+}
+
+// needsPointer reports whether acts use the pointer's position before an
+// action of theirs puts it somewhere: an action without a point (a click,
+// a button, a scroll, a drag's start, move_by) or cursor_position. Actions
+// that do not touch the pointer (keys, text, waits, captures) are skipped.
+func needsPointer(acts []actions.Action) bool {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case actions.Move:
+			return false
+		case actions.MoveBy, actions.CursorPosition:
+			return true
+		case actions.Click:
+			return a.At == nil
+		case actions.ButtonDown:
+			return a.At == nil
+		case actions.ButtonUp:
+			return a.At == nil
+		case actions.Scroll:
+			return a.At == nil
+		case actions.Drag:
+			return a.From == nil
+		}
+	}
+	return false
 }
 
 // ScreenshotOptions asks for one screenshot.

@@ -3,6 +3,7 @@ package desk
 import (
 	"context"
 	"fmt"
+	"image"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -248,6 +249,42 @@ func (g *guestInput) ClipboardSet(ctx context.Context, text string) error {
 		return fmt.Errorf("set clipboard: %w", err)
 	}
 	return nil
+}
+
+// pointer asks the session where the pointer is, in native pixels: the
+// guest knows it even before this desk has sent a pointer event.
+func (g *guestInput) pointer(ctx context.Context) (image.Point, error) {
+	out, err := g.run(ctx, guestx.Cmd{Argv: []string{"xdotool", "getmouselocation", "--shell"}})
+	if err != nil {
+		return image.Point{}, err
+	}
+	return parseMouseLocation(string(out))
+}
+
+// parseMouseLocation reads xdotool getmouselocation --shell's output
+// (X=, Y=, SCREEN=, WINDOW= lines; xdotool 3.20160805).
+func parseMouseLocation(out string) (image.Point, error) {
+	var p image.Point
+	var seen int
+	for _, line := range strings.Fields(out) {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || (k != "X" && k != "Y") {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return image.Point{}, fmt.Errorf("pointer location: xdotool printed %q", line)
+		}
+		if k == "X" {
+			p.X, seen = n, seen|1
+		} else {
+			p.Y, seen = n, seen|2
+		}
+	}
+	if seen != 3 {
+		return image.Point{}, fmt.Errorf("pointer location: no X and Y in xdotool's %q", out)
+	}
+	return p, nil
 }
 
 // DiskCounter is the optional part of a Farm that counts a VM's disk

@@ -1,4 +1,5 @@
-# deskfarm's AT-SPI reader for OSWorld's /accessibility and /terminal.
+# deskfarm's AT-SPI reader (package atspi): OSWorld's /accessibility and
+# /terminal, and Cua's get_accessibility_tree.
 #
 # Run in the guest as the desktop user, in the X session's environment,
 # with this file on stdin:
@@ -6,15 +7,25 @@
 #                        OSWorld's XML (root desktop-frame, one element per
 #                        node named by its role, namespaced st:/attr:/cp:/
 #                        val:/act: attributes, the node's text as content)
+#   python3 - cua        prints the same walk as Cua's tree (JSON): each node
+#                        {"role", "title", "children"}, with "position"
+#                        {"x", "y"} and "size" {"width", "height"} when it is
+#                        on screen, "value" when it has text and "states"
 #   python3 - terminal   prints {"output": TEXT or null} (JSON): the text of
 #                        the focused terminal of gnome-terminal's active
 #                        window, as OSWorld's get_terminal_output
-# Written for deskfarm from the format OSWorld's server produces; it needs
-# only python3 and python3-pyatspi (no lxml).
+# Exit status 3: pyatspi cannot be imported (an image without AT-SPI).
+# Written for deskfarm from the format OSWorld's server produces and the
+# shape Cua's computer-server answers (handlers/windows.py, linux.py @
+# trycua/cua b296ec9); it needs only python3 and python3-pyatspi (no lxml).
 import json
 import sys
 
-import pyatspi
+try:
+    import pyatspi
+except ImportError as e:
+    sys.stderr.write("no AT-SPI in this guest: %s\n" % e)
+    sys.exit(3)
 
 NS = [
     ("st", "https://accessibility.ubuntu.example.org/ns/state"),
@@ -32,10 +43,13 @@ CALC_SCAN = 500  # rows and columns scanned for the first showing cell
 
 
 class Node:
-    __slots__ = ("tag", "attrs", "text", "children")
+    # tag, attrs and text are the XML form; role, name, states and box
+    # (x, y, width, height, or None off screen) the same facts for Cua's.
+    __slots__ = ("tag", "attrs", "text", "children", "role", "name", "states", "box")
 
     def __init__(self, tag, attrs, text):
         self.tag, self.attrs, self.text, self.children = tag, attrs, text, []
+        self.role, self.name, self.states, self.box = "", "", [], None
 
 
 def state_names(acc):
@@ -50,24 +64,29 @@ def state_names(acc):
     return out
 
 
-def describe(acc, flag):
+def describe(acc, flag, full=True):
+    # full: every attribute OSWorld's XML carries; Cua's tree needs only
+    # the role, name, states, box and text, and skips the other queries.
     attrs = [("name", acc.name or "")]
     states = state_names(acc)
     for s in states:
         attrs.append(("st:" + s, "true"))
-    try:
-        for k, v in (acc.get_attributes() or {}).items():
-            if k:
-                attrs.append(("attr:" + k, v))
-    except Exception:
-        pass
+    if full:
+        try:
+            for k, v in (acc.get_attributes() or {}).items():
+                if k:
+                    attrs.append(("attr:" + k, v))
+        except Exception:
+            pass
+    box = None
     if "visible" in states and "showing" in states:
         try:
             comp = acc.queryComponent()
         except NotImplementedError:
             pass
         else:
-            box = comp.getExtents(pyatspi.XY_SCREEN)
+            e = comp.getExtents(pyatspi.XY_SCREEN)
+            box = (e[0], e[1], e[2], e[3])
             attrs.append(("cp:screencoord", str((box[0], box[1]))))
             attrs.append(("cp:size", str((box[2], box[3]))))
     text = ""
@@ -76,6 +95,14 @@ def describe(acc, flag):
         text = t.getText(0, t.characterCount).replace("\ufffc", "").replace("\ufffd", "")
     except NotImplementedError:
         pass
+    raw = acc.getRoleName().strip()
+    if not flag:
+        if raw == "document spreadsheet":
+            flag = "calc"
+        elif raw == "application" and acc.name == "Thunderbird":
+            flag = "thunderbird"
+    if not full:
+        return node_of(raw, acc, attrs, text, states, box), flag
     for q, key in (("queryImage", "image"), ("querySelection", "selection")):
         try:
             getattr(acc, q)()
@@ -100,14 +127,13 @@ def describe(acc, flag):
             attrs.append(("act:" + n + "_kb", a.getKeyBinding(i)))
     except NotImplementedError:
         pass
-    raw = acc.getRoleName().strip()
-    tag = (raw or "unknown").replace(" ", "-")
-    if not flag:
-        if raw == "document spreadsheet":
-            flag = "calc"
-        elif raw == "application" and acc.name == "Thunderbird":
-            flag = "thunderbird"
-    return Node(tag, attrs, text), flag
+    return node_of(raw, acc, attrs, text, states, box), flag
+
+
+def node_of(raw, acc, attrs, text, states, box):
+    node = Node((raw or "unknown").replace(" ", "-"), attrs, text)
+    node.role, node.name, node.states, node.box = raw or "unknown", acc.name or "", states, box
+    return node
 
 
 def showing(acc):
@@ -140,8 +166,8 @@ def calc_cells(acc):
     return out
 
 
-def build(acc, depth, flag=None):
-    node, flag = describe(acc, flag)
+def build(acc, depth, flag=None, full=True):
+    node, flag = describe(acc, flag, full)
     if depth == MAX_DEPTH:
         return node
     try:
@@ -155,7 +181,7 @@ def build(acc, depth, flag=None):
                     kids.append(ch)
         for ch in kids:
             try:
-                node.children.append(build(ch, depth + 1, flag))
+                node.children.append(build(ch, depth + 1, flag, full))
             except Exception:
                 pass
     except Exception:
@@ -193,19 +219,41 @@ def write(node, out, root_ns=False):
     out.append("</%s>" % node.tag)
 
 
-def tree():
+def walk(full):
     desktop = pyatspi.Registry.getDesktop(0)
     root = Node("desktop-frame", [], "")
+    root.role = "desktop frame"
     for i in range(desktop.childCount):
         app = desktop.getChildAtIndex(i)
         if app is not None:
             try:
-                root.children.append(build(app, 1))
+                root.children.append(build(app, 1, None, full))
             except Exception:
                 pass
+    return root
+
+
+def tree():
     out = []
-    write(root, out, root_ns=True)
+    write(walk(True), out, root_ns=True)
     sys.stdout.write("".join(out))
+
+
+def cua_node(node):
+    d = {"role": node.role, "title": node.name}
+    if node.box is not None:
+        d["position"] = {"x": node.box[0], "y": node.box[1]}
+        d["size"] = {"width": node.box[2], "height": node.box[3]}
+    if node.text:
+        d["value"] = clean(node.text)
+    if node.states:
+        d["states"] = node.states
+    d["children"] = [cua_node(ch) for ch in node.children]
+    return d
+
+
+def cua():
+    json.dump(cua_node(walk(False)), sys.stdout, ensure_ascii=False)
 
 
 def find_focused_terminals(acc, depth=0):
@@ -243,4 +291,4 @@ def terminal():
 
 
 if __name__ == "__main__":
-    {"tree": tree, "terminal": terminal}[sys.argv[1]]()
+    {"tree": tree, "cua": cua, "terminal": terminal}[sys.argv[1]]()
