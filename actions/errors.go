@@ -53,33 +53,33 @@ var (
 // vmm and web.
 type FieldError = fielderr.Error
 
-// withPrefix returns a copy of err with prefix put in front of its field name
+// WithPrefix returns a copy of err with prefix put in front of its field name
 // ("actions[2]." + "x"); other errors are returned unchanged.
-func withPrefix(prefix string, err error) error { return fielderr.Prefix(prefix, err) }
+func WithPrefix(prefix string, err error) error { return fielderr.Prefix(prefix, err) }
 
-// renamed returns err naming field instead, if it is a *FieldError.
-func renamed(err error, field string) error {
+// Renamed returns err naming field instead, if it is a *FieldError.
+func Renamed(err error, field string) error {
 	return fielderr.Rename(err, func(string) string { return field })
 }
 
-// fieldErr returns a *FieldError wrapping ErrInvalid and kind (if not nil).
-func fieldErr(field string, kind error, msg string) *FieldError {
+// Invalid returns a *FieldError wrapping ErrInvalid and kind (if not nil).
+func Invalid(field string, kind error, msg string) *FieldError {
 	if kind == nil || kind == ErrInvalid {
 		return fielderr.New(field, msg, ErrInvalid)
 	}
 	return fielderr.New(field, msg, ErrInvalid, kind)
 }
 
-// limitErr is a refusal of a value over a cap.
-func limitErr(field string, limit int, msg string) *FieldError {
-	fe := fieldErr(field, ErrTooLarge, msg)
+// TooLarge returns a refusal of a value over a cap.
+func TooLarge(field string, limit int, msg string) *FieldError {
+	fe := Invalid(field, ErrTooLarge, msg)
 	fe.Limit = limit
 	return fe
 }
 
-// oneOfErr is a refusal of a value outside a fixed set.
-func oneOfErr(field string, kind error, accepted []string, msg string) *FieldError {
-	fe := fieldErr(field, kind, msg)
+// OneOf returns a refusal of a value outside a fixed set.
+func OneOf(field string, kind error, accepted []string, msg string) *FieldError {
+	fe := Invalid(field, kind, msg)
 	fe.Accepted = accepted
 	return fe
 }

@@ -15,13 +15,14 @@ import (
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/gorilla/websocket"
 )
 
 // Runner plays actions on a VM's display: a *desk.Desk. It refuses while a
 // person holds control.
 type Runner interface {
-	Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error)
+	Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (desk.RunResult, error)
 }
 
 // Screen takes screenshots of a VM's display: a *desk.Desk.
@@ -224,10 +225,10 @@ func (h *Handler) wsAnswer(ctx context.Context, msg []byte) []byte {
 }
 
 // native is the screen's own pixels: Cua's coordinates.
-var native = actions.ScreenshotSize{Mode: actions.SizeNative}
+var native = player.ScreenshotSize{Mode: player.SizeNative}
 
 // quiet asks Run for no screenshot.
-var quiet = actions.RunOptions{Screenshot: actions.ScreenshotNever}
+var quiet = player.RunOptions{Screenshot: player.ScreenshotNever}
 
 // do carries out one op.
 func (h *Handler) do(ctx context.Context, o op) (any, error) {
@@ -287,7 +288,7 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		// Fresh: a run_command may have changed the screen while QEMU's
 		// refresh timer idled.
 		img, _, err := h.t.Screen.Screenshot(ctx, desk.ScreenshotOptions{Size: native, Fresh: true,
-			Encode: actions.EncodeOptions{Format: o.format, Quality: o.quality}})
+			Encode: player.EncodeOptions{Format: o.format, Quality: o.quality}})
 		if err != nil {
 			return nil, fmt.Errorf("Screenshot error: %w", err)
 		}

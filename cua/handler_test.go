@@ -24,6 +24,7 @@ import (
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/gorilla/websocket"
 )
@@ -43,10 +44,10 @@ type fakeDesk struct {
 	shots     []desk.ScreenshotOptions
 }
 
-func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error) {
+func (d *fakeDesk) Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (desk.RunResult, error) {
 	var res desk.RunResult
 	res.Screenshot.X, res.Screenshot.Y = d.w, d.h
-	if size.Mode != actions.SizeNative || opts.Screenshot != actions.ScreenshotNever {
+	if size.Mode != player.SizeNative || opts.Screenshot != player.ScreenshotNever {
 		return res, fmt.Errorf("fake: size %v, screenshot %q: Cua runs at native size without screenshots", size, opts.Screenshot)
 	}
 	if d.human {
@@ -414,7 +415,7 @@ func TestScreenshot(t *testing.T) {
 	}
 	r.ok("screenshot", map[string]any{"format": "jpeg", "quality": 50})
 	o := r.desk.shots[1]
-	if !o.Fresh || o.Size.Mode != actions.SizeNative || o.Encode.Format != actions.FormatJPEG || o.Encode.Quality != 50 {
+	if !o.Fresh || o.Size.Mode != player.SizeNative || o.Encode.Format != player.FormatJPEG || o.Encode.Quality != 50 {
 		t.Fatalf("screenshot options: %+v", o)
 	}
 }

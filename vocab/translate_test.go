@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"encoding/json"
@@ -8,6 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 func TestTranslateOpenAI(t *testing.T) {
@@ -81,8 +86,8 @@ func TestTranslateOpenAI(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := TranslateOpenAI([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fieldOf(err), c.field)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fielderr.Field(err), c.field)
 		}
 	}
 }
@@ -143,50 +148,50 @@ func TestTranslateOSWorld(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, _, err := TranslateOSWorld([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fieldOf(err), c.field)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fielderr.Field(err), c.field)
 		}
 	}
 }
 
 func TestNeutralJSONRoundTrip(t *testing.T) {
-	acts := []Action{
-		Move{To: Point{10, 20}},
-		MoveBy{DX: -5, DY: 20},
-		ButtonDown{Button: ButtonLeft},
-		ButtonUp{Button: ButtonLeft, At: pt(30, 40)},
-		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("ctrl")},
-		Drag{From: pt(10, 20), Via: []Point{{50, 20}}, To: Point{90, 60}, Button: ButtonLeft, Modifiers: MustKeys("shift")},
-		Scroll{At: pt(500, 400), Direction: ScrollDown, Amount: 3, Modifiers: MustKeys("ctrl")},
-		KeyPress{Keys: MustKeys("ctrl", "shift", "t")},
-		KeyDown{Keys: MustKeys("shift")},
-		KeyUp{Keys: MustKeys("shift")},
-		HoldKey{Keys: MustKeys("shift"), Duration: 1500 * time.Millisecond},
-		TypeText{Text: "Hello, World!\n"},
-		Wait{Duration: 500 * time.Millisecond},
-		Screenshot{},
-		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
-		CursorPosition{},
-		ClipboardGet{},
-		ClipboardSet{Text: "Grüße, 日本語"},
+	acts := []actions.Action{
+		actions.Move{To: actions.Point{X: 10, Y: 20}},
+		actions.MoveBy{DX: -5, DY: 20},
+		actions.ButtonDown{Button: actions.ButtonLeft},
+		actions.ButtonUp{Button: actions.ButtonLeft, At: pt(30, 40)},
+		actions.Click{At: pt(10, 20), Button: actions.ButtonLeft, Count: 2, Modifiers: actions.MustKeys("ctrl")},
+		actions.Drag{From: pt(10, 20), Via: []actions.Point{{X: 50, Y: 20}}, To: actions.Point{X: 90, Y: 60}, Button: actions.ButtonLeft, Modifiers: actions.MustKeys("shift")},
+		actions.Scroll{At: pt(500, 400), Direction: actions.ScrollDown, Amount: 3, Modifiers: actions.MustKeys("ctrl")},
+		actions.KeyPress{Keys: actions.MustKeys("ctrl", "shift", "t")},
+		actions.KeyDown{Keys: actions.MustKeys("shift")},
+		actions.KeyUp{Keys: actions.MustKeys("shift")},
+		actions.HoldKey{Keys: actions.MustKeys("shift"), Duration: 1500 * time.Millisecond},
+		actions.TypeText{Text: "Hello, World!\n"},
+		actions.Wait{Duration: 500 * time.Millisecond},
+		actions.Screenshot{},
+		actions.Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
+		actions.CursorPosition{},
+		actions.ClipboardGet{},
+		actions.ClipboardSet{Text: "Grüße, 日本語"},
 	}
 	b, err := json.Marshal(acts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeActions(b)
+	back, err := actions.DecodeActions(b)
 	if err != nil {
 		t.Fatalf("DecodeActions(%s): %v", b, err)
 	}
 	if !reflect.DeepEqual(acts, back) {
 		t.Errorf("round trip:\n%#v\n%#v", acts, back)
 	}
-	if len(acts) != len(Kinds) {
-		t.Errorf("the round trip covers %d kinds of %d", len(acts), len(Kinds))
+	if len(acts) != len(actions.Kinds) {
+		t.Errorf("the round trip covers %d kinds of %d", len(acts), len(actions.Kinds))
 	}
 	// The documented examples, as a client sends them: every kind parses
 	// into its own type with its fields.
-	got, err := DecodeActions([]byte(`[
+	got, err := actions.DecodeActions([]byte(`[
 		{"kind":"click","x":10,"y":20,"count":2},
 		{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]},
 		{"kind":"key","keys":["ctrl+shift+t"]},
@@ -195,12 +200,12 @@ func TestNeutralJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Action{
-		Click{At: pt(10, 20), Count: 2},
-		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("Control_L")},
-		KeyPress{Keys: MustKeys("Control_L", "Shift_L", "t")},
-		HoldKey{Keys: MustKeys("Shift_L"), Duration: 1500 * time.Millisecond},
-		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
+	want := []actions.Action{
+		actions.Click{At: pt(10, 20), Count: 2},
+		actions.Click{At: pt(10, 20), Button: actions.ButtonLeft, Count: 2, Modifiers: actions.MustKeys("Control_L")},
+		actions.KeyPress{Keys: actions.MustKeys("Control_L", "Shift_L", "t")},
+		actions.HoldKey{Keys: actions.MustKeys("Shift_L"), Duration: 1500 * time.Millisecond},
+		actions.Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("examples:\n got %#v\nwant %#v", got, want)
@@ -236,14 +241,14 @@ func TestDecodeActionsErrors(t *testing.T) {
 		{`[{"kind":"move","x":1,"y":1},{"kind":"move","x":-5,"y":1}]`, "actions[1].x", "non-negative"},
 		{`{"kind":"move","x":1}`, "actions[0].y", "together"},
 		{`"move"`, "actions", "JSON array"},
-		{`[{"kind":"type","text":"` + strings.Repeat("a", MaxTextRunes+1) + `"}]`, "actions[0].text", "at most 4096"},
+		{`[{"kind":"type","text":"` + strings.Repeat("a", actions.MaxTextRunes+1) + `"}]`, "actions[0].text", "at most 4096"},
 		{`[{"kind":"zoom","region":[0,0,1,1],"width":4096,"height":4096}]`, "actions[0].width", "pixels"},
-		{`[` + strings.Repeat(`{"kind":"screenshot"},`, MaxActions) + `{"kind":"screenshot"}]`, "actions", "at most 100 actions"},
+		{`[` + strings.Repeat(`{"kind":"screenshot"},`, actions.MaxActions) + `{"kind":"screenshot"}]`, "actions", "at most 100 actions"},
 	}
 	for _, c := range cases {
-		_, err := DecodeActions([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field || !strings.Contains(err.Error(), c.contains) {
-			t.Errorf("%s: err %v (field %q), want field %q containing %q", c.in, err, fieldOf(err), c.field, c.contains)
+		_, err := actions.DecodeActions([]byte(c.in))
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field || !strings.Contains(err.Error(), c.contains) {
+			t.Errorf("%s: err %v (field %q), want field %q containing %q", c.in, err, fielderr.Field(err), c.field, c.contains)
 		}
 	}
 }
@@ -251,42 +256,42 @@ func TestDecodeActionsErrors(t *testing.T) {
 // TestLimitsNameFieldAndLimit: every cap is refused with a FieldError that
 // carries the field and the limit, so an agent can split its request.
 func TestLimitsNameFieldAndLimit(t *testing.T) {
-	many := make([]Action, MaxActions+1)
+	many := make([]actions.Action, actions.MaxActions+1)
 	for i := range many {
-		many[i] = Screenshot{}
+		many[i] = actions.Screenshot{}
 	}
-	e, err := NewExecutor(newFake(100, 80), ExecutorConfig{})
+	e, err := player.NewExecutor(newFake(100, 80), player.ExecutorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, runErr := e.Run(t.Context(), many, noShot)
-	_, claudeErr := TranslateClaude(Computer20251124, []byte(`{"action":"key","text":"`+strings.Repeat("a ", MaxTextRunes)+`"}`))
+	_, claudeErr := TranslateClaude(Computer20251124, []byte(`{"action":"key","text":"`+strings.Repeat("a ", actions.MaxTextRunes)+`"}`))
 	for _, c := range []struct {
 		name  string
 		err   error
 		field string
 		limit int
 	}{
-		{"run count", runErr, "actions", MaxActions},
-		{"claude key text", claudeErr, "text", MaxTextRunes},
-		{"type text", TypeText{Text: strings.Repeat("x", MaxTextRunes+1)}.Validate(), "text", MaxTextRunes},
-		{"zoom area", Zoom{Region: [4]int{0, 0, 1, 1}, Width: 4096, Height: 2048}.Validate(), "width", MaxZoomPixels},
-		{"drag via", Drag{Via: make([]Point, MaxDragVia+1)}.Validate(), "via", MaxDragVia},
+		{"run count", runErr, "actions", actions.MaxActions},
+		{"claude key text", claudeErr, "text", actions.MaxTextRunes},
+		{"type text", actions.TypeText{Text: strings.Repeat("x", actions.MaxTextRunes+1)}.Validate(), "text", actions.MaxTextRunes},
+		{"zoom area", actions.Zoom{Region: [4]int{0, 0, 1, 1}, Width: 4096, Height: 2048}.Validate(), "width", actions.MaxZoomPixels},
+		{"drag via", actions.Drag{Via: make([]actions.Point, actions.MaxDragVia+1)}.Validate(), "via", actions.MaxDragVia},
 	} {
-		fe, ok := errors.AsType[*FieldError](c.err)
-		if !ok || fe.Field != c.field || fe.Limit != c.limit || !errors.Is(c.err, ErrTooLarge) || !errors.Is(c.err, ErrInvalid) {
+		fe, ok := errors.AsType[*actions.FieldError](c.err)
+		if !ok || fe.Field != c.field || fe.Limit != c.limit || !errors.Is(c.err, actions.ErrTooLarge) || !errors.Is(c.err, actions.ErrInvalid) {
 			t.Errorf("%s: %v, want field %s limit %d", c.name, c.err, c.field, c.limit)
 		}
 	}
-	if err := (TypeText{Text: strings.Repeat("é", 10)}).Validate(); errors.Is(err, ErrTooLarge) {
+	if err := (actions.TypeText{Text: strings.Repeat("é", 10)}).Validate(); errors.Is(err, actions.ErrTooLarge) {
 		t.Errorf("text is counted in bytes, not runes: %v", err)
 	}
 	// A zoom whose derived side makes it huge is refused when planned: a
 	// 1-pixel-wide strip the full height, asked 4096 wide.
 	f := newFake(1920, 1080)
-	e, _ = NewExecutor(f, ExecutorConfig{})
-	_, err = e.Run(t.Context(), []Action{Zoom{Region: [4]int{0, 0, 1, 1080}, Width: 4096}}, noShot)
-	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "actions[0].width" || fe.Limit != MaxZoomPixels {
+	e, _ = player.NewExecutor(f, player.ExecutorConfig{})
+	_, err = e.Run(t.Context(), []actions.Action{actions.Zoom{Region: [4]int{0, 0, 1, 1080}, Width: 4096}}, noShot)
+	if fe, ok := errors.AsType[*actions.FieldError](err); !ok || fe.Field != "actions[0].width" || fe.Limit != actions.MaxZoomPixels {
 		t.Errorf("derived zoom: %v", err)
 	}
 }
@@ -297,15 +302,15 @@ func TestAcceptedValues(t *testing.T) {
 		err  error
 		want string
 	}{
-		{func() error { _, err := DecodeActions([]byte(`[{"kind":"fly"}]`)); return err }(), "cursor_position"},
-		{Click{Button: "thumb"}.Validate(), "forward"},
-		{Scroll{Direction: "in", Amount: 1}.Validate(), "right"},
+		{func() error { _, err := actions.DecodeActions([]byte(`[{"kind":"fly"}]`)); return err }(), "cursor_position"},
+		{actions.Click{Button: "thumb"}.Validate(), "forward"},
+		{actions.Scroll{Direction: "in", Amount: 1}.Validate(), "right"},
 		{func() error { _, err := TranslateClaude(Computer20250124, []byte(`{"action":"zoom"}`)); return err }(), "triple_click"},
 		{func() error { _, err := TranslateOpenAI([]byte(`{"type":"fly"}`)); return err }(), "keypress"},
 		{func() error { _, _, err := TranslateOSWorld([]byte(`{"action_type":"FLY"}`)); return err }(), "HOTKEY"},
-		{RunOptions{Screenshot: "sometimes"}.Validate(), "never"},
+		{player.RunOptions{Screenshot: "sometimes"}.Validate(), "never"},
 	} {
-		fe, ok := errors.AsType[*FieldError](c.err)
+		fe, ok := errors.AsType[*actions.FieldError](c.err)
 		if !ok || !slices.Contains(fe.Accepted, c.want) {
 			t.Errorf("%v: accepted values lack %q", c.err, c.want)
 		}

@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 func FuzzParseKey(f *testing.F) {
@@ -15,26 +18,26 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		k, err := ParseKey(s)
+		k, err := actions.ParseKey(s)
 		if err == nil {
-			k2, err2 := ParseKey(k.Name)
+			k2, err2 := actions.ParseKey(k.Name)
 			if err2 != nil || k2 != k {
 				t.Fatalf("ParseKey(%q) = %+v but its name reparses to %+v, %v", s, k, k2, err2)
 			}
 			if k.Keysym == 0 || k.Scancode == 0 {
 				t.Fatalf("ParseKey(%q) = %+v without keysym or scancode", s, k)
 			}
-		} else if !errors.Is(err, ErrUnknownKey) {
+		} else if !errors.Is(err, actions.ErrUnknownKey) {
 			t.Fatalf("ParseKey(%q) error %v is not ErrUnknownKey", s, err)
 		}
-		keys, err := ParseChord(s)
+		keys, err := actions.ParseChord(s)
 		if err == nil && len(keys) == 0 {
 			t.Fatalf("ParseChord(%q) returned no keys and no error", s)
 		}
 		for _, r := range s {
-			KeyForRune(r)
+			actions.KeyForRune(r)
 		}
-		_ = checkTypable(s)
+		_ = actions.CheckTypable(s)
 	})
 }
 
@@ -57,7 +60,7 @@ func FuzzClaudeInput(f *testing.F) {
 		for _, v := range ClaudeVersions {
 			acts, err := TranslateClaude(v, []byte(input))
 			if err != nil {
-				if !errors.Is(err, ErrInvalid) {
+				if !errors.Is(err, actions.ErrInvalid) {
 					t.Fatalf("%s %q: error %v does not wrap ErrInvalid", v, input, err)
 				}
 				continue
@@ -83,17 +86,17 @@ func FuzzTranslateOther(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input string) {
 		if acts, err := TranslateOpenAI([]byte(input)); err == nil {
 			checkActions(t, acts)
-		} else if !errors.Is(err, ErrInvalid) {
+		} else if !errors.Is(err, actions.ErrInvalid) {
 			t.Fatalf("openai %q: %v", input, err)
 		}
 		if acts, _, err := TranslateOSWorld([]byte(input)); err == nil {
 			checkActions(t, acts)
-		} else if !errors.Is(err, ErrInvalid) {
+		} else if !errors.Is(err, actions.ErrInvalid) {
 			t.Fatalf("osworld %q: %v", input, err)
 		}
-		if acts, err := DecodeActions([]byte(input)); err == nil {
+		if acts, err := actions.DecodeActions([]byte(input)); err == nil {
 			checkActions(t, acts)
-		} else if !errors.Is(err, ErrInvalid) {
+		} else if !errors.Is(err, actions.ErrInvalid) {
 			t.Fatalf("neutral %q: %v", input, err)
 		}
 	})
@@ -101,7 +104,7 @@ func FuzzTranslateOther(f *testing.F) {
 
 // checkActions asserts translated actions validate, survive a JSON round
 // trip, and plan and play on a fake display without panicking.
-func checkActions(t *testing.T, acts []Action) {
+func checkActions(t *testing.T, acts []actions.Action) {
 	t.Helper()
 	if len(acts) == 0 {
 		return // DONE/FAIL
@@ -115,7 +118,7 @@ func checkActions(t *testing.T, acts []Action) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeActions(b)
+	back, err := actions.DecodeActions(b)
 	if err != nil {
 		t.Fatalf("round trip of %s: %v", b, err)
 	}
@@ -123,18 +126,17 @@ func checkActions(t *testing.T, acts []Action) {
 		t.Fatalf("round trip of %s changed %#v to %#v", b, acts, back)
 	}
 	fd := newFake(64, 48)
-	e, err := NewExecutor(fd, ExecutorConfig{})
+	e, err := player.NewExecutor(fd, player.ExecutorConfig{Sleep: func(context.Context, time.Duration) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.pace.sleep = func(context.Context, time.Duration) error { return nil }
-	if _, err := e.Run(context.Background(), acts, RunOptions{Screenshot: ScreenshotNever}); err != nil && !errors.Is(err, ErrInvalid) {
+	if _, err := e.Run(context.Background(), acts, player.RunOptions{Screenshot: player.ScreenshotNever}); err != nil && !errors.Is(err, actions.ErrInvalid) {
 		t.Fatalf("run %s: %v", b, err)
 	}
 	if err := e.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if s := fd.stuck(); len(s) != 0 {
+	if s := fd.Stuck(); len(s) != 0 {
 		t.Fatalf("run %s left pressed %v", b, s)
 	}
 }
@@ -152,12 +154,12 @@ func FuzzAgentCalls(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input string) {
 		if oc, err := TranslateOpenAICall([]byte(input)); err == nil {
 			checkActions(t, oc.Actions)
-		} else if !errors.Is(err, ErrInvalid) {
+		} else if !errors.Is(err, actions.ErrInvalid) {
 			t.Fatalf("openai call %q: %v", input, err)
 		}
 		if acts, err := TranslateToolset("key", []byte(input)); err == nil {
 			checkActions(t, acts)
-		} else if !errors.Is(err, ErrInvalid) {
+		} else if !errors.Is(err, actions.ErrInvalid) {
 			t.Fatalf("toolset %q: %v", input, err)
 		}
 		if acts, err := TranslatePyautogui(input); err == nil {

@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // OSWorldWait is how long an OSWorld WAIT waits: DesktopEnv.step's default
@@ -53,10 +55,10 @@ var osworldParams = map[string][]string{
 //   - PRESS, KEY_DOWN, KEY_UP take a pyautogui key name, HOTKEY a list
 //     pressed together (ParseKey accepts pyautogui's names).
 //   - WAIT waits OSWorldWait.
-func TranslateOSWorld(action []byte) (acts []Action, terminal string, err error) {
+func TranslateOSWorld(action []byte) (acts []actions.Action, terminal string, err error) {
 	acts, terminal, err = translateOSWorld(action)
 	if err == nil {
-		err = validateAll(acts)
+		err = actions.ValidateAll(acts)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("osworld computer_13 action: %w", err)
@@ -64,51 +66,51 @@ func TranslateOSWorld(action []byte) (acts []Action, terminal string, err error)
 	return acts, terminal, nil
 }
 
-func translateOSWorld(action []byte) ([]Action, string, error) {
+func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 	action = bytes.TrimSpace(action)
 	var typ string
 	params := claudeInput{}
 	if len(action) > 0 && action[0] == '"' {
 		if err := json.Unmarshal(action, &typ); err != nil {
-			return nil, "", fieldErr("action_type", nil, "malformed JSON string")
+			return nil, "", actions.Invalid("action_type", nil, "malformed JSON string")
 		}
 		if typ != "WAIT" && typ != "FAIL" && typ != "DONE" {
-			return nil, "", fieldErr("action_type", ErrUnsupportedAction,
+			return nil, "", actions.Invalid("action_type", actions.ErrUnsupportedAction,
 				fmt.Sprintf("only WAIT, FAIL and DONE may be given as a bare string, got %q", typ))
 		}
 	} else {
 		in, err := decodeClaudeInput(action)
 		if err != nil {
-			return nil, "", renamed(err, "action")
+			return nil, "", actions.Renamed(err, "action")
 		}
 		for _, f := range sortedKeys(in) {
 			if f != "action_type" && f != "parameters" {
-				return nil, "", fieldErr(f, nil, "unknown field; an action has action_type and parameters")
+				return nil, "", actions.Invalid(f, nil, "unknown field; an action has action_type and parameters")
 			}
 		}
 		if err := json.Unmarshal(in["action_type"], &typ); err != nil {
-			return nil, "", oneOfErr("action_type", ErrUnsupportedAction, osworldActions, "must be a string: one of "+strings.Join(osworldActions, ", "))
+			return nil, "", actions.OneOf("action_type", actions.ErrUnsupportedAction, osworldActions, "must be a string: one of "+strings.Join(osworldActions, ", "))
 		}
 		if raw, ok := in["parameters"]; ok {
 			p, err := decodeClaudeInput(raw)
 			if err != nil {
-				return nil, "", renamed(err, "parameters")
+				return nil, "", actions.Renamed(err, "parameters")
 			}
 			params = p
 		}
 	}
 	allowed, ok := osworldParams[typ]
 	if !ok {
-		return nil, "", oneOfErr("action_type", ErrUnsupportedAction, osworldActions,
+		return nil, "", actions.OneOf("action_type", actions.ErrUnsupportedAction, osworldActions,
 			fmt.Sprintf("unknown action %q; computer_13 has %s", typ, strings.Join(osworldActions, ", ")))
 	}
 	for _, f := range sortedKeys(params) {
 		if !slices.Contains(allowed, f) {
-			return nil, "", fieldErr("parameters."+f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, takesList(allowed)))
+			return nil, "", actions.Invalid("parameters."+f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, actions.TakesList(allowed)))
 		}
 	}
 	// optXY reads x and y, both or neither.
-	optXY := func(required bool) (*Point, error) {
+	optXY := func(required bool) (*actions.Point, error) {
 		_, hx := params["x"]
 		_, hy := params["y"]
 		if !hx && !hy && !required {
@@ -119,7 +121,7 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 			if hx {
 				f = "y"
 			}
-			return nil, fieldErr("parameters."+f, nil, "x and y go together: give both"+map[bool]string{true: "", false: " or neither"}[required])
+			return nil, actions.Invalid("parameters."+f, nil, "x and y go together: give both"+map[bool]string{true: "", false: " or neither"}[required])
 		}
 		x, err := screenCoord("parameters.x", params["x"])
 		if err != nil {
@@ -129,38 +131,38 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Point{X: x, Y: y}, nil
+		return &actions.Point{X: x, Y: y}, nil
 	}
-	button := func() (Button, error) {
+	button := func() (actions.Button, error) {
 		raw, ok := params["button"]
 		if !ok {
-			return ButtonLeft, nil
+			return actions.ButtonLeft, nil
 		}
 		var b string
 		if err := json.Unmarshal(raw, &b); err != nil {
-			return "", fieldErr("parameters.button", nil, "must be a string: left, right or middle")
+			return "", actions.Invalid("parameters.button", nil, "must be a string: left, right or middle")
 		}
-		switch Button(b) {
-		case ButtonLeft, ButtonRight, ButtonMiddle:
-			return Button(b), nil
+		switch actions.Button(b) {
+		case actions.ButtonLeft, actions.ButtonRight, actions.ButtonMiddle:
+			return actions.Button(b), nil
 		}
-		return "", fieldErr("parameters.button", nil, fmt.Sprintf("must be left, right or middle, got %q", b))
+		return "", actions.Invalid("parameters.button", nil, fmt.Sprintf("must be left, right or middle, got %q", b))
 	}
-	key := func(field string, raw json.RawMessage) (Key, error) {
+	key := func(field string, raw json.RawMessage) (actions.Key, error) {
 		var n string
 		if err := json.Unmarshal(raw, &n); err != nil {
-			return Key{}, fieldErr(field, ErrUnknownKey, "must be a key name string such as \"enter\" or \"a\"")
+			return actions.Key{}, actions.Invalid(field, actions.ErrUnknownKey, "must be a key name string such as \"enter\" or \"a\"")
 		}
-		k, err := ParseKey(n)
+		k, err := actions.ParseKey(n)
 		if err != nil {
-			return Key{}, withPrefix(field, err)
+			return actions.Key{}, actions.WithPrefix(field, err)
 		}
 		return k, nil
 	}
 	need := func(fs ...string) error {
 		for _, f := range fs {
 			if _, ok := params[f]; !ok {
-				return fieldErr("parameters."+f, nil, fmt.Sprintf("required for %s", typ))
+				return actions.Invalid("parameters."+f, nil, fmt.Sprintf("required for %s", typ))
 			}
 		}
 		return nil
@@ -170,22 +172,22 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 	case "DONE", "FAIL":
 		return nil, typ, nil
 	case "WAIT":
-		return []Action{Wait{Duration: OSWorldWait}}, "", nil
+		return []actions.Action{actions.Wait{Duration: OSWorldWait}}, "", nil
 	case "MOVE_TO":
 		at, err := optXY(true)
 		if err != nil {
 			return nil, "", err
 		}
-		return []Action{Move{To: *at}}, "", nil
+		return []actions.Action{actions.Move{To: *at}}, "", nil
 	case "CLICK", "RIGHT_CLICK", "DOUBLE_CLICK":
 		at, err := optXY(false)
 		if err != nil {
 			return nil, "", err
 		}
-		b, n := ButtonLeft, 1
+		b, n := actions.ButtonLeft, 1
 		switch typ {
 		case "RIGHT_CLICK":
-			b = ButtonRight
+			b = actions.ButtonRight
 		case "DOUBLE_CLICK":
 			n = 2
 		default:
@@ -196,27 +198,27 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 				if n, err = claudeInt("parameters.num_clicks", raw); err != nil {
 					return nil, "", err
 				}
-				if n < 1 || n > MaxClickCount {
-					return nil, "", fieldErr("parameters.num_clicks", nil, fmt.Sprintf("must be 1, 2 or 3, got %d", n))
+				if n < 1 || n > actions.MaxClickCount {
+					return nil, "", actions.Invalid("parameters.num_clicks", nil, fmt.Sprintf("must be 1, 2 or 3, got %d", n))
 				}
 			}
 		}
-		return []Action{Click{At: at, Button: b, Count: n}}, "", nil
+		return []actions.Action{actions.Click{At: at, Button: b, Count: n}}, "", nil
 	case "MOUSE_DOWN", "MOUSE_UP":
 		b, err := button()
 		if err != nil {
 			return nil, "", err
 		}
 		if typ == "MOUSE_UP" {
-			return []Action{ButtonUp{Button: b}}, "", nil
+			return []actions.Action{actions.ButtonUp{Button: b}}, "", nil
 		}
-		return []Action{ButtonDown{Button: b}}, "", nil
+		return []actions.Action{actions.ButtonDown{Button: b}}, "", nil
 	case "DRAG_TO":
 		at, err := optXY(true)
 		if err != nil {
 			return nil, "", err
 		}
-		return []Action{Drag{To: *at, Button: ButtonLeft}}, "", nil
+		return []actions.Action{actions.Drag{To: *at, Button: actions.ButtonLeft}}, "", nil
 	case "SCROLL":
 		if err := need("dx", "dy"); err != nil {
 			return nil, "", err
@@ -229,26 +231,26 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		var acts []Action
+		var acts []actions.Action
 		for _, s := range []struct {
 			v        int
-			pos, neg Direction
+			pos, neg actions.Direction
 			field    string
-		}{{dy, ScrollUp, ScrollDown, "dy"}, {dx, ScrollRight, ScrollLeft, "dx"}} {
+		}{{dy, actions.ScrollUp, actions.ScrollDown, "dy"}, {dx, actions.ScrollRight, actions.ScrollLeft, "dx"}} {
 			if s.v == 0 {
 				continue
 			}
-			if abs := int(math.Abs(float64(s.v))); abs > MaxScrollAmount {
-				return nil, "", fieldErr("parameters."+s.field, nil, fmt.Sprintf("at most %d wheel clicks either way, got %d", MaxScrollAmount, s.v))
+			if abs := int(math.Abs(float64(s.v))); abs > actions.MaxScrollAmount {
+				return nil, "", actions.Invalid("parameters."+s.field, nil, fmt.Sprintf("at most %d wheel clicks either way, got %d", actions.MaxScrollAmount, s.v))
 			}
 			d := s.pos
 			if s.v < 0 {
 				d = s.neg
 			}
-			acts = append(acts, Scroll{Direction: d, Amount: int(math.Abs(float64(s.v)))})
+			acts = append(acts, actions.Scroll{Direction: d, Amount: int(math.Abs(float64(s.v)))})
 		}
 		if len(acts) == 0 {
-			return nil, "", fieldErr("parameters.dy", nil, "dx and dy are both 0: nothing to scroll")
+			return nil, "", actions.Invalid("parameters.dy", nil, "dx and dy are both 0: nothing to scroll")
 		}
 		return acts, "", nil
 	case "TYPING":
@@ -257,13 +259,13 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		}
 		text, err := claudeText(params, "text")
 		if err != nil {
-			return nil, "", renamed(err, "parameters.text")
+			return nil, "", actions.Renamed(err, "parameters.text")
 		}
-		a := TypeText{Text: text}
+		a := actions.TypeText{Text: text}
 		if err := a.Validate(); err != nil {
-			return nil, "", withPrefix("parameters.", err)
+			return nil, "", actions.WithPrefix("parameters.", err)
 		}
-		return []Action{a}, "", nil
+		return []actions.Action{a}, "", nil
 	case "PRESS", "KEY_DOWN", "KEY_UP":
 		if err := need("key"); err != nil {
 			return nil, "", err
@@ -272,13 +274,13 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		switch keys := []Key{n}; typ {
+		switch keys := []actions.Key{n}; typ {
 		case "KEY_DOWN":
-			return []Action{KeyDown{Keys: keys}}, "", nil
+			return []actions.Action{actions.KeyDown{Keys: keys}}, "", nil
 		case "KEY_UP":
-			return []Action{KeyUp{Keys: keys}}, "", nil
+			return []actions.Action{actions.KeyUp{Keys: keys}}, "", nil
 		default:
-			return []Action{KeyPress{Keys: keys}}, "", nil
+			return []actions.Action{actions.KeyPress{Keys: keys}}, "", nil
 		}
 	case "HOTKEY":
 		if err := need("keys"); err != nil {
@@ -286,9 +288,9 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(params["keys"], &raws); err != nil || len(raws) == 0 {
-			return nil, "", fieldErr("parameters.keys", ErrUnknownKey, "must be a non-empty list of key names such as [\"ctrl\", \"c\"]")
+			return nil, "", actions.Invalid("parameters.keys", actions.ErrUnknownKey, "must be a non-empty list of key names such as [\"ctrl\", \"c\"]")
 		}
-		var keys []Key
+		var keys []actions.Key
 		for i, raw := range raws {
 			k, err := key(fmt.Sprintf("parameters.keys[%d]", i), raw)
 			if err != nil {
@@ -296,13 +298,13 @@ func translateOSWorld(action []byte) ([]Action, string, error) {
 			}
 			keys = append(keys, k)
 		}
-		a := KeyPress{Keys: keys}
+		a := actions.KeyPress{Keys: keys}
 		if err := a.Validate(); err != nil {
-			return nil, "", withPrefix("parameters.", err)
+			return nil, "", actions.WithPrefix("parameters.", err)
 		}
-		return []Action{a}, "", nil
+		return []actions.Action{a}, "", nil
 	}
-	return nil, "", fieldErr("action_type", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", typ))
+	return nil, "", actions.Invalid("action_type", actions.ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", typ))
 }
 
 // screenCoord reads an OSWorld coordinate: a non-negative number, floored.
@@ -312,7 +314,7 @@ func screenCoord(field string, raw json.RawMessage) (int, error) {
 		return 0, err
 	}
 	if f < 0 || f > 1e6 {
-		return 0, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("must be a non-negative screen coordinate, got %s", clip(raw)))
+		return 0, actions.Invalid(field, actions.ErrOutOfBounds, fmt.Sprintf("must be a non-negative screen coordinate, got %s", clip(raw)))
 	}
 	return int(math.Floor(f)), nil
 }

@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // Tool names Decode accepts besides the Claude versions.
@@ -33,14 +36,6 @@ func Tools() []string {
 	return append(claudeToolNames(), ToolOpenAIPreview, ToolOpenAI, ToolOSWorld, ToolPyautogui, ToolNeutral)
 }
 
-// Runner plays actions: *Executor implements it. RunToolset and Call.Run
-// take it so the desk can put its own session object in front.
-type Runner interface {
-	Run(ctx context.Context, acts []Action, opts RunOptions) (Result, error)
-}
-
-var _ Runner = (*Executor)(nil)
-
 // Call is one agent call decoded into neutral actions, with what it takes to
 // answer in the agent's own vocabulary.
 type Call struct {
@@ -48,7 +43,7 @@ type Call struct {
 	Tool string
 	// Actions are the neutral actions to play (none for a toolset turn,
 	// whose blocks RunToolset plays one by one, or an OSWorld DONE/FAIL).
-	Actions []Action
+	Actions []actions.Action
 	// Terminal is "DONE" or "FAIL" for OSWorld's episode signals.
 	Terminal string
 	// Toolset holds the tool_use blocks of a computer_toolset_20260801 turn.
@@ -106,9 +101,9 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 			c.Actions, err = TranslatePyautogui(code)
 		}
 	case ToolNeutral, "":
-		c.Actions, err = DecodeActions(input)
+		c.Actions, err = actions.DecodeActions(input)
 	default:
-		err = oneOfErr("tool", ErrUnsupportedAction, Tools(),
+		err = actions.OneOf("tool", actions.ErrUnsupportedAction, Tools(),
 			fmt.Sprintf("unknown tool %q; accepted are %s", tool, strings.Join(Tools(), ", ")))
 	}
 	if err != nil {
@@ -118,7 +113,7 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 }
 
 // fieldsAll names the fields of every action with f.
-func (c *Call) fieldsAll(f func(a Action, field string) string) {
+func (c *Call) fieldsAll(f func(a actions.Action, field string) string) {
 	c.fields = make([]func(string) string, len(c.Actions))
 	for i, a := range c.Actions {
 		c.fields[i] = func(field string) string { return f(a, field) }
@@ -157,7 +152,7 @@ var actionFieldRE = regexp.MustCompile(`^actions\[(\d+)\](?:\.(.*))?$`)
 // agent's action ("actions[1] (drag): ..." rather than the executor's
 // index). Other errors are returned unchanged.
 func (c *Call) AgentError(err error) error {
-	if se, ok := errors.AsType[*StepError](err); ok {
+	if se, ok := errors.AsType[*actions.StepError](err); ok {
 		if se.Index < len(c.labels) && c.labels[se.Index] != "" {
 			cp := *se
 			cp.Label = c.labels[se.Index]
@@ -196,7 +191,7 @@ type ReplyOptions struct {
 type Reply struct {
 	// Result is what the actions returned (for a toolset turn, the last
 	// block that ran).
-	Result Result
+	Result player.Result
 	// Claude is the tool_result of a single-tool Claude call.
 	Claude *anthropic.ToolResultBlockParam
 	// Toolset are the tool_results of a toolset turn, one per block, in
@@ -212,7 +207,7 @@ type Reply struct {
 // Errors carry the agent's field names (AgentError). With
 // ro.ErrorsAsResults a Claude failure is answered in Reply.Claude instead;
 // a toolset turn always answers failures in its tool_results.
-func (c *Call) Run(ctx context.Context, r Runner, opts RunOptions, ro ReplyOptions) (Reply, error) {
+func (c *Call) Run(ctx context.Context, r player.Runner, opts player.RunOptions, ro ReplyOptions) (Reply, error) {
 	var rep Reply
 	switch {
 	case c.Terminal != "":
@@ -223,7 +218,7 @@ func (c *Call) Run(ctx context.Context, r Runner, opts RunOptions, ro ReplyOptio
 		return rep, nil
 	case c.OpenAI != nil:
 		// The output is a screenshot: always take one after the actions.
-		opts.Screenshot = ScreenshotAlways
+		opts.Screenshot = player.ScreenshotAlways
 	}
 	res, err := r.Run(ctx, c.Actions, opts)
 	rep.Result = res
@@ -256,7 +251,7 @@ func (c *Call) isClaude() bool {
 }
 
 // claudeAgentField names an executor field in Claude's computer tool input.
-func claudeAgentField(_ Action, f string) string {
+func claudeAgentField(_ actions.Action, f string) string {
 	base, _, _ := strings.Cut(f, ".")
 	if i := strings.IndexByte(base, '['); i >= 0 {
 		base = base[:i]
@@ -284,7 +279,7 @@ func claudeAgentField(_ Action, f string) string {
 
 // toolsetAgentField names an executor field in a toolset block: as Claude's
 // tool, but the action is the block's name.
-func toolsetAgentField(a Action, f string) string {
+func toolsetAgentField(a actions.Action, f string) string {
 	if a := claudeAgentField(a, f); a != "action" {
 		return a
 	}
@@ -292,7 +287,7 @@ func toolsetAgentField(a Action, f string) string {
 }
 
 // osworldAgentField names an executor field in a computer_13 action.
-func osworldAgentField(a Action, f string) string {
+func osworldAgentField(a actions.Action, f string) string {
 	switch base, _, _ := strings.Cut(f, "."); base {
 	case "x", "y", "via", "from":
 		return "parameters.x"
@@ -305,7 +300,7 @@ func osworldAgentField(a Action, f string) string {
 	case "count":
 		return "parameters.num_clicks"
 	case "direction", "amount":
-		if s, ok := a.(Scroll); ok && (s.Direction == ScrollLeft || s.Direction == ScrollRight) {
+		if s, ok := a.(actions.Scroll); ok && (s.Direction == actions.ScrollLeft || s.Direction == actions.ScrollRight) {
 			return "parameters.dx"
 		}
 		return "parameters.dy"
