@@ -1,8 +1,8 @@
 // Package player plays the neutral action model (package actions) onto a
 // desktop's Display: the Executor, the input state it keeps across requests,
 // the pacing of input events, settling, screenshots and zooms at the
-// session's screenshot size, and their encoding. It links only the standard
-// library; it knows no agent vocabulary (package vocab answers in those).
+// session's screenshot size, and their encoding. It knows no agent
+// vocabulary (package vocab answers in those) and links no AI SDK.
 //
 // The path of a run, file by file:
 //
