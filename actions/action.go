@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // Kind names what an Action does; it is the "kind" of the neutral JSON form.
@@ -294,7 +296,7 @@ func IsObservation(a Action) bool {
 }
 
 // Validate checks the position.
-func (a Move) Validate() error { return checkPoint("", &a.To) }
+func (a Move) Validate() error { return checkPoint(nil, &a.To) }
 
 // Validate checks the offset is within a screen's reach.
 func (a MoveBy) Validate() error {
@@ -310,29 +312,29 @@ func (a MoveBy) Validate() error {
 }
 
 // Validate checks the position and the button.
-func (a ButtonDown) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
+func (a ButtonDown) Validate() error { return firstErr(checkPoint(nil, a.At), checkButton(a.Button)) }
 
 // Validate checks the position and the button.
-func (a ButtonUp) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
+func (a ButtonUp) Validate() error { return firstErr(checkPoint(nil, a.At), checkButton(a.Button)) }
 
 // Validate checks the position, button, count and modifiers.
 func (a Click) Validate() error {
 	if a.Count < 0 || a.Count > MaxClickCount {
 		return Invalid("count", nil, fmt.Sprintf("must be 1 to %d (0 or absent means 1), got %d", MaxClickCount, a.Count))
 	}
-	return firstErr(checkPoint("", a.At), checkButton(a.Button), checkModifiers(a.Modifiers))
+	return firstErr(checkPoint(nil, a.At), checkButton(a.Button), checkModifiers(a.Modifiers))
 }
 
 // Validate checks the points, button and modifiers.
 func (a Drag) Validate() error {
-	if err := firstErr(checkPoint("", &a.To), checkPoint("from.", a.From)); err != nil {
+	if err := firstErr(checkPoint(nil, &a.To), checkPoint(fielderr.Name("from"), a.From)); err != nil {
 		return err
 	}
 	if len(a.Via) > MaxDragVia {
 		return TooLarge("via", MaxDragVia, fmt.Sprintf("at most %d points, got %d", MaxDragVia, len(a.Via)))
 	}
 	for i := range a.Via {
-		if err := checkPoint(fmt.Sprintf("via[%d].", i), &a.Via[i]); err != nil {
+		if err := checkPoint(Elem("via", i), &a.Via[i]); err != nil {
 			return err
 		}
 	}
@@ -341,7 +343,7 @@ func (a Drag) Validate() error {
 
 // Validate checks the position, direction, amount and modifiers.
 func (a Scroll) Validate() error {
-	if err := checkPoint("", a.At); err != nil {
+	if err := checkPoint(nil, a.At); err != nil {
 		return err
 	}
 	switch a.Direction {
@@ -381,7 +383,7 @@ func (a TypeText) Validate() error {
 		return TooLarge("text", MaxTextRunes, fmt.Sprintf("at most %d characters, got %d; split the text over several type actions", MaxTextRunes, n))
 	}
 	if err := checkText(a.Text); err != nil {
-		return WithPrefix("text", err)
+		return WithPrefix(fielderr.Name("text"), err)
 	}
 	return nil
 }
@@ -450,14 +452,14 @@ func firstErr(errs ...error) error {
 }
 
 // checkPoint checks p (nil is fine) is non-negative; prefix names it.
-func checkPoint(prefix string, p *Point) error {
+func checkPoint(prefix fielderr.Path, p *Point) error {
 	switch {
 	case p == nil:
 		return nil
 	case p.X < 0:
-		return Invalid(prefix+"x", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.X))
+		return WithPrefix(prefix, Invalid("x", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.X)))
 	case p.Y < 0:
-		return Invalid(prefix+"y", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.Y))
+		return WithPrefix(prefix, Invalid("y", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.Y)))
 	}
 	return nil
 }
@@ -512,7 +514,7 @@ func parseKeyList(field string, names []string) ([]Key, error) {
 	for _, n := range names {
 		ks, err := ParseChord(n)
 		if err != nil {
-			return nil, WithPrefix(field, err)
+			return nil, WithPrefix(fielderr.Name(field), err)
 		}
 		keys = append(keys, ks...)
 	}

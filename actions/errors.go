@@ -53,21 +53,30 @@ var (
 // vmm and web.
 type FieldError = fielderr.Error
 
-// WithPrefix returns a copy of err with prefix put in front of its field name
-// ("actions[2]." + "x"); other errors are returned unchanged.
-func WithPrefix(prefix string, err error) error { return fielderr.Prefix(prefix, err) }
+// WithPrefix returns a copy of err with prefix put in front of its field's
+// path (actions[2] before x); other errors are returned unchanged.
+func WithPrefix(prefix fielderr.Path, err error) error { return fielderr.Prefix(prefix, err) }
+
+// Elem is the path of element i of the list field list ("actions[2]").
+func Elem(list string, i int) fielderr.Path { return fielderr.Name(list).Index(i) }
 
 // Renamed returns err naming field instead, if it is a *FieldError.
 func Renamed(err error, field string) error {
-	return fielderr.Rename(err, func(string) string { return field })
+	return fielderr.Rename(err, func(fielderr.Path) fielderr.Path { return fielderr.Name(field) })
 }
 
-// Invalid returns a *FieldError wrapping ErrInvalid and kind (if not nil).
+// Invalid returns a *FieldError for the field named field wrapping
+// ErrInvalid and kind (if not nil).
 func Invalid(field string, kind error, msg string) *FieldError {
+	return InvalidAt(fielderr.Name(field), kind, msg)
+}
+
+// InvalidAt is Invalid for a field deeper in the input.
+func InvalidAt(p fielderr.Path, kind error, msg string) *FieldError {
 	if kind == nil || kind == ErrInvalid {
-		return fielderr.New(field, msg, ErrInvalid)
+		return fielderr.At(p, msg, ErrInvalid)
 	}
-	return fielderr.New(field, msg, ErrInvalid, kind)
+	return fielderr.At(p, msg, ErrInvalid, kind)
 }
 
 // TooLarge returns a refusal of a value over a cap.

@@ -386,7 +386,7 @@ func DecodeActions(data []byte) ([]Action, error) {
 	if len(data) > 0 && data[0] == '{' {
 		a, err := DecodeAction(data)
 		if err != nil {
-			return nil, WithPrefix("actions[0].", err)
+			return nil, WithPrefix(Elem("actions", 0), err)
 		}
 		return []Action{a}, nil
 	}
@@ -401,7 +401,7 @@ func DecodeActions(data []byte) ([]Action, error) {
 	for i, raw := range raws {
 		a, err := DecodeAction(raw)
 		if err != nil {
-			return nil, WithPrefix(fmt.Sprintf("actions[%d].", i), err)
+			return nil, WithPrefix(Elem("actions", i), err)
 		}
 		acts[i] = a
 	}

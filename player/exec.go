@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // ExecutorConfig configures an Executor.
@@ -209,7 +210,7 @@ func (e *Executor) plan(acts []actions.Action) ([]step, error) {
 	for i, a := range acts {
 		st, err := e.planOne(a)
 		if err != nil {
-			return nil, actions.WithPrefix(fmt.Sprintf("actions[%d].", i), err)
+			return nil, actions.WithPrefix(actions.Elem("actions", i), err)
 		}
 		steps[i] = st
 	}
@@ -224,13 +225,13 @@ func (e *Executor) planOne(a actions.Action) (step, error) {
 	if err := a.Validate(); err != nil {
 		return st, err
 	}
-	native := func(field string, p *actions.Point) (*image.Point, error) {
+	native := func(field fielderr.Path, p *actions.Point) (*image.Point, error) {
 		if p == nil {
 			return nil, nil
 		}
 		x, y, err := e.scaler.ToNative(p.X, p.Y)
 		if err != nil {
-			return nil, actions.Renamed(err, field)
+			return nil, fielderr.Rename(err, func(fielderr.Path) fielderr.Path { return field })
 		}
 		return &image.Point{X: x, Y: y}, nil
 	}
@@ -259,33 +260,33 @@ func (e *Executor) planOne(a actions.Action) (step, error) {
 	var err error
 	switch a := a.(type) {
 	case actions.Move:
-		st.at, err = native("x", &a.To)
+		st.at, err = native(fielderr.Name("x"), &a.To)
 	case actions.MoveBy:
 		if _, err = e.in.pos(nil); err != nil { // known before anything is sent
 			return st, actions.Invalid("dx", actions.ErrPointerUnknown, err.Error())
 		}
 	case actions.ButtonDown:
-		st.at, err = native("x", a.At)
+		st.at, err = native(fielderr.Name("x"), a.At)
 		err = firstErr(err, holdable(a.Button))
 	case actions.ButtonUp:
-		st.at, err = native("x", a.At)
+		st.at, err = native(fielderr.Name("x"), a.At)
 		err = firstErr(err, holdable(a.Button))
 	case actions.Click:
-		st.at, err = native("x", a.At)
+		st.at, err = native(fielderr.Name("x"), a.At)
 		if a.Button == actions.ButtonBack || a.Button == actions.ButtonForward {
 			err = firstErr(err, guestButton(a.Button))
 		} else {
 			err = firstErr(err, button(a.Button))
 		}
 	case actions.Drag:
-		if st.at, err = native("x", &a.To); err != nil {
+		if st.at, err = native(fielderr.Name("x"), &a.To); err != nil {
 			return st, err
 		}
-		if st.from, err = native("from", a.From); err != nil {
+		if st.from, err = native(fielderr.Name("from"), a.From); err != nil {
 			return st, err
 		}
 		for i := range a.Via {
-			v, err := native(fmt.Sprintf("via[%d]", i), &a.Via[i])
+			v, err := native(actions.Elem("via", i), &a.Via[i])
 			if err != nil {
 				return st, err
 			}
@@ -293,7 +294,7 @@ func (e *Executor) planOne(a actions.Action) (step, error) {
 		}
 		err = holdable(a.Button)
 	case actions.Scroll:
-		st.at, err = native("x", a.At)
+		st.at, err = native(fielderr.Name("x"), a.At)
 		switch a.Direction {
 		case actions.ScrollLeft, actions.ScrollRight:
 			if e.guest == nil {
@@ -314,7 +315,7 @@ func (e *Executor) planOne(a actions.Action) (step, error) {
 		case e.guest != nil:
 			st.guestText = true
 		default:
-			err = actions.WithPrefix("text", actions.CheckTypable(a.Text))
+			err = actions.WithPrefix(fielderr.Name("text"), actions.CheckTypable(a.Text))
 		}
 	case actions.ClipboardGet, actions.ClipboardSet:
 		if e.guest == nil {
@@ -341,7 +342,7 @@ func textKeys(text string) ([]actions.Key, error) {
 		}
 		k, err := actions.KeyForRune(r)
 		if err != nil {
-			return nil, actions.WithPrefix("text", err)
+			return nil, actions.WithPrefix(fielderr.Name("text"), err)
 		}
 		keys = append(keys, k)
 	}
@@ -371,6 +372,7 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 					res.Text += "\n"
 				}
 				res.Text += fmt.Sprintf("X=%d,Y=%d", sx, sy)
+				res.Cursor = &image.Point{X: sx, Y: sy}
 			}
 		case actions.Screenshot:
 			res.Image, err = c.shot(ctx, e, nil)

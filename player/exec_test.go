@@ -400,6 +400,9 @@ func TestScaledCoordinates(t *testing.T) {
 			if want := fmt.Sprintf("X=%d,Y=%d", p.X, p.Y); res.Text != want {
 				t.Errorf("%v: cursor_position after a click at %v = %q", native, p, res.Text)
 			}
+			if res.Cursor == nil || *res.Cursor != image.Pt(p.X, p.Y) {
+				t.Errorf("%v: cursor_position after a click at %v: Cursor %v", native, p, res.Cursor)
+			}
 		}
 	}
 	f := newFake(1920, 1080)
@@ -409,8 +412,11 @@ func TestScaledCoordinates(t *testing.T) {
 		t.Errorf("auto policy took a screenshot after cursor_position")
 	}
 	f.X, f.Y = 1919, 1079
-	if res = run(t, e, RunOptions{}, actions.CursorPosition{}); res.Text != "X=1365,Y=767" {
-		t.Errorf("cursor_position at the corner = %q", res.Text)
+	if res = run(t, e, RunOptions{}, actions.CursorPosition{}); res.Text != "X=1365,Y=767" || res.Cursor == nil || *res.Cursor != image.Pt(1365, 767) {
+		t.Errorf("cursor_position at the corner = %q (%v)", res.Text, res.Cursor)
+	}
+	if res = run(t, e, noShot, actions.Move{To: actions.Point{X: 5, Y: 5}}); res.Cursor != nil {
+		t.Errorf("a run without cursor_position has Cursor %v", res.Cursor)
 	}
 }
 

@@ -2,6 +2,7 @@ package player
 
 import (
 	"fmt"
+	"image"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
@@ -119,8 +120,12 @@ func (o RunOptions) encodeOptions() EncodeOptions {
 // its shape as a Claude tool_result).
 type Result struct {
 	// Text holds the output of cursor_position actions ("X=12,Y=34"), one
-	// line each.
+	// line each, as Claude's tool reports it.
 	Text string `json:"text,omitempty"`
+	// Cursor is where the last cursor_position action found the pointer, in
+	// screenshot coordinates; nil when the run had none. Callers read it
+	// rather than parsing Text.
+	Cursor *image.Point `json:"-"`
 	// Image is the last image captured: a zoom, an explicit screenshot, or
 	// the screenshot the policy takes after the actions. Screenshots are at
 	// the session's screenshot size.

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -53,7 +51,7 @@ type Call struct {
 
 	// fields names, per action, the agent's field for an executor field
 	// ("x" -> "coordinate"); nil entries keep the neutral name.
-	fields []func(field string) string
+	fields []func(fielderr.Path) fielderr.Path
 	// labels name, per action, the agent's action for a StepError; ""
 	// keeps "actions[i] (kind)".
 	labels []string
@@ -113,10 +111,10 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 }
 
 // fieldsAll names the fields of every action with f.
-func (c *Call) fieldsAll(f func(a actions.Action, field string) string) {
-	c.fields = make([]func(string) string, len(c.Actions))
+func (c *Call) fieldsAll(f func(a actions.Action, field fielderr.Path) fielderr.Path) {
+	c.fields = make([]func(fielderr.Path) fielderr.Path, len(c.Actions))
 	for i, a := range c.Actions {
-		c.fields[i] = func(field string) string { return f(a, field) }
+		c.fields[i] = func(field fielderr.Path) fielderr.Path { return f(a, field) }
 	}
 }
 
@@ -144,8 +142,6 @@ func osworldActionName(input []byte) string {
 	return in.ActionType
 }
 
-var actionFieldRE = regexp.MustCompile(`^actions\[(\d+)\](?:\.(.*))?$`)
-
 // AgentError puts an error from running c.Actions in the agent's terms: a
 // refused field ("actions[0].x") gets the agent's own name ("coordinate",
 // "action.x", "actions[2].path[1]"), and a failure while playing names the
@@ -160,15 +156,16 @@ func (c *Call) AgentError(err error) error {
 		}
 		return err
 	}
-	m := actionFieldRE.FindStringSubmatch(fielderr.Field(err))
-	if m == nil {
+	list, rest, _ := fielderr.PathOf(err).Head()
+	elem, field, ok := rest.Head()
+	if list.Name != "actions" || !ok || elem.Name != "" {
 		return err
 	}
-	i, _ := strconv.Atoi(m[1])
+	i := elem.Index
 	if i >= len(c.fields) || c.fields[i] == nil {
 		return err
 	}
-	return fielderr.Rename(err, func(string) string { return c.fields[i](m[2]) })
+	return fielderr.Rename(err, func(fielderr.Path) fielderr.Path { return c.fields[i](field) })
 }
 
 // ReplyOptions are per-request options of how Call.Run answers.
@@ -251,61 +248,60 @@ func (c *Call) isClaude() bool {
 }
 
 // claudeAgentField names an executor field in Claude's computer tool input.
-func claudeAgentField(_ actions.Action, f string) string {
-	base, _, _ := strings.Cut(f, ".")
-	if i := strings.IndexByte(base, '['); i >= 0 {
-		base = base[:i]
-	}
-	switch base {
+func claudeAgentField(_ actions.Action, f fielderr.Path) fielderr.Path {
+	switch f.Base() {
 	case "x", "y", "via":
-		return "coordinate"
+		return fielderr.Name("coordinate")
 	case "from":
-		return "start_coordinate"
+		return fielderr.Name("start_coordinate")
 	case "region", "width", "height":
-		return "region"
+		return fielderr.Name("region")
 	case "text", "keys", "modifiers":
-		return "text"
+		return fielderr.Name("text")
 	case "duration_ms":
-		return "duration"
+		return fielderr.Name("duration")
 	case "direction":
-		return "scroll_direction"
+		return fielderr.Name("scroll_direction")
 	case "amount":
-		return "scroll_amount"
+		return fielderr.Name("scroll_amount")
 	case "button", "count", "kind", "":
-		return "action"
+		return fielderr.Name("action")
 	}
 	return f
 }
 
 // toolsetAgentField names an executor field in a toolset block: as Claude's
 // tool, but the action is the block's name.
-func toolsetAgentField(a actions.Action, f string) string {
-	if a := claudeAgentField(a, f); a != "action" {
-		return a
+func toolsetAgentField(a actions.Action, f fielderr.Path) fielderr.Path {
+	if p := claudeAgentField(a, f); len(p) != 1 || p.Base() != "action" {
+		return p
 	}
-	return "name"
+	return fielderr.Name("name")
 }
 
+// osworldParam is the path of a computer_13 parameter.
+func osworldParam(name string) fielderr.Path { return fielderr.Name("parameters").Name(name) }
+
 // osworldAgentField names an executor field in a computer_13 action.
-func osworldAgentField(a actions.Action, f string) string {
-	switch base, _, _ := strings.Cut(f, "."); base {
+func osworldAgentField(a actions.Action, f fielderr.Path) fielderr.Path {
+	switch f.Base() {
 	case "x", "y", "via", "from":
-		return "parameters.x"
+		return osworldParam("x")
 	case "text":
-		return "parameters.text"
+		return osworldParam("text")
 	case "keys", "modifiers":
-		return "parameters.keys"
+		return osworldParam("keys")
 	case "button":
-		return "parameters.button"
+		return osworldParam("button")
 	case "count":
-		return "parameters.num_clicks"
+		return osworldParam("num_clicks")
 	case "direction", "amount":
 		if s, ok := a.(actions.Scroll); ok && (s.Direction == actions.ScrollLeft || s.Direction == actions.ScrollRight) {
-			return "parameters.dx"
+			return osworldParam("dx")
 		}
-		return "parameters.dy"
+		return osworldParam("dy")
 	case "kind", "":
-		return "action_type"
+		return fielderr.Name("action_type")
 	}
 	return f
 }

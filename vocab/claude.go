@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/player"
 )
 
@@ -333,7 +334,7 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Ac
 		for _, c := range chords {
 			keys, err := actions.ParseChord(c)
 			if err != nil {
-				return nil, actions.WithPrefix("text", err)
+				return nil, actions.WithPrefix(fielderr.Name("text"), err)
 			}
 			a := actions.KeyPress{Keys: keys}
 			if err := a.Validate(); err != nil {
@@ -449,7 +450,7 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Ac
 		}
 		keys, err := actions.ParseChord(text)
 		if err != nil {
-			return nil, actions.WithPrefix("text", err)
+			return nil, actions.WithPrefix(fielderr.Name("text"), err)
 		}
 		d, err := claudeDuration(in, toolset)
 		if err != nil {
@@ -532,7 +533,7 @@ func claudeModifiers(in claudeInput) ([]actions.Key, error) {
 	}
 	keys, err := actions.ParseModifiers([]string{text})
 	if err != nil {
-		return nil, actions.WithPrefix("text", err)
+		return nil, actions.WithPrefix(fielderr.Name("text"), err)
 	}
 	return keys, nil
 }

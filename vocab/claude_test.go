@@ -150,7 +150,7 @@ func TestTranslateClaudeErrors(t *testing.T) {
 		name     string
 		versions []ClaudeVersion
 		input    string
-		field    string   // FieldError.Field
+		field    string   // FieldError.Path, rendered
 		sentinel error    // besides ErrInvalid
 		contains []string // in the message
 	}{
@@ -248,7 +248,7 @@ func TestTranslateClaudeErrors(t *testing.T) {
 				t.Errorf("%s %s: %v does not wrap %v", v, c.name, err, c.sentinel)
 			}
 			var fe *actions.FieldError
-			if !errors.As(err, &fe) || fe.Field != c.field {
+			if !errors.As(err, &fe) || fe.Path.String() != c.field {
 				t.Errorf("%s %s: error %v names field %q, want %q", v, c.name, err, fielderr.Field(err), c.field)
 			}
 			msg := err.Error()

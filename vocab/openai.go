@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/player"
 )
 
@@ -63,7 +64,7 @@ type OpenAICall struct {
 	// Actions are the neutral actions of its action or actions, in order.
 	Actions []actions.Action
 
-	fields []func(string) string
+	fields []func(fielderr.Path) fielderr.Path
 	labels []string
 }
 
@@ -110,9 +111,9 @@ func translateOpenAICall(item []byte) (*OpenAICall, error) {
 	case hasOne:
 		a, err := openAIActionOf(call.Action.AsAny(), call.Action.Type)
 		if err != nil {
-			return nil, actions.WithPrefix("action.", err)
+			return nil, actions.WithPrefix(fielderr.Name("action"), err)
 		}
-		if err := oc.add("action.", a); err != nil {
+		if err := oc.add(fielderr.Name("action"), a); err != nil {
 			return nil, err
 		}
 	case hasMany:
@@ -125,9 +126,9 @@ func translateOpenAICall(item []byte) (*OpenAICall, error) {
 		for i, u := range call.Actions {
 			a, err := openAIActionOf(u.AsAny(), u.Type)
 			if err != nil {
-				return nil, actions.WithPrefix(fmt.Sprintf("actions[%d].", i), err)
+				return nil, actions.WithPrefix(actions.Elem("actions", i), err)
 			}
-			if err := oc.add(fmt.Sprintf("actions[%d].", i), a); err != nil {
+			if err := oc.add(actions.Elem("actions", i), a); err != nil {
 				return nil, err
 			}
 		}
@@ -141,7 +142,7 @@ func translateOpenAICall(item []byte) (*OpenAICall, error) {
 }
 
 // add translates one action whose fields are named with prefix.
-func (oc *OpenAICall) add(prefix string, a openAIAction) error {
+func (oc *OpenAICall) add(prefix fielderr.Path, a openAIAction) error {
 	acts, err := a.translate()
 	if err == nil {
 		err = actions.ValidateAll(acts)
@@ -150,8 +151,8 @@ func (oc *OpenAICall) add(prefix string, a openAIAction) error {
 		return actions.WithPrefix(prefix, err)
 	}
 	for _, n := range acts {
-		oc.fields = append(oc.fields, func(f string) string { return prefix + a.agentField(n, f) })
-		oc.labels = append(oc.labels, fmt.Sprintf("%s (%s)", strings.TrimSuffix(prefix, "."), a.typ))
+		oc.fields = append(oc.fields, func(f fielderr.Path) fielderr.Path { return prefix.Join(a.agentField(n, f)) })
+		oc.labels = append(oc.labels, fmt.Sprintf("%s (%s)", prefix, a.typ))
 	}
 	oc.Actions = append(oc.Actions, acts...)
 	return nil
@@ -357,7 +358,7 @@ func (a openAIAction) heldKeys() ([]actions.Key, error) {
 				"CTRL, SHIFT, ALT, CMD/SUPER/WIN or META", n))
 		}
 		if err != nil {
-			return nil, actions.WithPrefix(fmt.Sprintf("keys[%d]", i), err)
+			return nil, actions.WithPrefix(actions.Elem("keys", i), err)
 		}
 		keys = append(keys, k)
 	}
@@ -423,7 +424,7 @@ func (a openAIAction) translate() ([]actions.Action, error) {
 		for i, n := range a.keys {
 			k, err := parseOpenAIKey(n)
 			if err != nil {
-				return nil, actions.WithPrefix(fmt.Sprintf("keys[%d]", i), err)
+				return nil, actions.WithPrefix(actions.Elem("keys", i), err)
 			}
 			keys = append(keys, k)
 		}
@@ -497,37 +498,33 @@ func (a openAIAction) translate() ([]actions.Action, error) {
 
 // agentField names an executor field of n (one of the neutral actions a
 // translated to) in a's own fields.
-func (a openAIAction) agentField(n actions.Action, f string) string {
-	base, rest, _ := strings.Cut(f, ".")
-	switch base {
+func (a openAIAction) agentField(n actions.Action, f fielderr.Path) fielderr.Path {
+	switch f.Base() {
 	case "modifiers", "keys":
-		return "keys"
+		return fielderr.Name("keys")
 	case "kind", "count", "":
-		return "type"
+		return fielderr.Name("type")
 	case "amount", "direction":
 		if s, ok := n.(actions.Scroll); ok && (s.Direction == actions.ScrollLeft || s.Direction == actions.ScrollRight) {
-			return "scroll_x"
+			return fielderr.Name("scroll_x")
 		}
-		return "scroll_y"
+		return fielderr.Name("scroll_y")
 	}
-	if a.typ == "drag" {
-		last := fmt.Sprintf("path[%d]", len(a.path)-1)
-		switch {
-		case base == "x" || base == "y":
-			return last + "." + base
-		case base == "from":
-			if rest != "" {
-				return "path[0]." + rest
-			}
-			return "path[0]"
-		case strings.HasPrefix(base, "via["):
-			var k int
-			if _, err := fmt.Sscanf(base, "via[%d]", &k); err == nil {
-				if rest != "" {
-					return fmt.Sprintf("path[%d].%s", k+1, rest)
-				}
-				return fmt.Sprintf("path[%d]", k+1)
-			}
+	if a.typ != "drag" {
+		return f
+	}
+	// A drag's path: from is path[0], via[k] is path[k+1], the end (x, y)
+	// is the last point.
+	path := fielderr.Name("path")
+	_, rest, _ := f.Head()
+	switch f.Base() {
+	case "x", "y":
+		return path.Index(len(a.path) - 1).Join(f)
+	case "from":
+		return path.Index(0).Join(rest)
+	case "via":
+		if k, rest, ok := rest.Head(); ok && k.Name == "" {
+			return path.Index(k.Index + 1).Join(rest)
 		}
 	}
 	return f

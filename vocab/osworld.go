@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // OSWorldWait is how long an OSWorld WAIT waits: DesktopEnv.step's default
@@ -106,7 +107,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 	}
 	for _, f := range sortedKeys(params) {
 		if !slices.Contains(allowed, f) {
-			return nil, "", actions.Invalid("parameters."+f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, actions.TakesList(allowed)))
+			return nil, "", actions.InvalidAt(osworldParam(f), nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, actions.TakesList(allowed)))
 		}
 	}
 	// optXY reads x and y, both or neither.
@@ -121,7 +122,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 			if hx {
 				f = "y"
 			}
-			return nil, actions.Invalid("parameters."+f, nil, "x and y go together: give both"+map[bool]string{true: "", false: " or neither"}[required])
+			return nil, actions.InvalidAt(osworldParam(f), nil, "x and y go together: give both"+map[bool]string{true: "", false: " or neither"}[required])
 		}
 		x, err := screenCoord("parameters.x", params["x"])
 		if err != nil {
@@ -140,13 +141,13 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 		}
 		var b string
 		if err := json.Unmarshal(raw, &b); err != nil {
-			return "", actions.Invalid("parameters.button", nil, "must be a string: left, right or middle")
+			return "", actions.InvalidAt(osworldParam("button"), nil, "must be a string: left, right or middle")
 		}
 		switch actions.Button(b) {
 		case actions.ButtonLeft, actions.ButtonRight, actions.ButtonMiddle:
 			return actions.Button(b), nil
 		}
-		return "", actions.Invalid("parameters.button", nil, fmt.Sprintf("must be left, right or middle, got %q", b))
+		return "", actions.InvalidAt(osworldParam("button"), nil, fmt.Sprintf("must be left, right or middle, got %q", b))
 	}
 	key := func(field string, raw json.RawMessage) (actions.Key, error) {
 		var n string
@@ -155,14 +156,14 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 		}
 		k, err := actions.ParseKey(n)
 		if err != nil {
-			return actions.Key{}, actions.WithPrefix(field, err)
+			return actions.Key{}, actions.WithPrefix(fielderr.Name(field), err)
 		}
 		return k, nil
 	}
 	need := func(fs ...string) error {
 		for _, f := range fs {
 			if _, ok := params[f]; !ok {
-				return actions.Invalid("parameters."+f, nil, fmt.Sprintf("required for %s", typ))
+				return actions.InvalidAt(osworldParam(f), nil, fmt.Sprintf("required for %s", typ))
 			}
 		}
 		return nil
@@ -199,7 +200,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 					return nil, "", err
 				}
 				if n < 1 || n > actions.MaxClickCount {
-					return nil, "", actions.Invalid("parameters.num_clicks", nil, fmt.Sprintf("must be 1, 2 or 3, got %d", n))
+					return nil, "", actions.InvalidAt(osworldParam("num_clicks"), nil, fmt.Sprintf("must be 1, 2 or 3, got %d", n))
 				}
 			}
 		}
@@ -241,7 +242,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 				continue
 			}
 			if abs := int(math.Abs(float64(s.v))); abs > actions.MaxScrollAmount {
-				return nil, "", actions.Invalid("parameters."+s.field, nil, fmt.Sprintf("at most %d wheel clicks either way, got %d", actions.MaxScrollAmount, s.v))
+				return nil, "", actions.InvalidAt(osworldParam(s.field), nil, fmt.Sprintf("at most %d wheel clicks either way, got %d", actions.MaxScrollAmount, s.v))
 			}
 			d := s.pos
 			if s.v < 0 {
@@ -250,7 +251,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 			acts = append(acts, actions.Scroll{Direction: d, Amount: int(math.Abs(float64(s.v)))})
 		}
 		if len(acts) == 0 {
-			return nil, "", actions.Invalid("parameters.dy", nil, "dx and dy are both 0: nothing to scroll")
+			return nil, "", actions.InvalidAt(osworldParam("dy"), nil, "dx and dy are both 0: nothing to scroll")
 		}
 		return acts, "", nil
 	case "TYPING":
@@ -263,7 +264,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 		}
 		a := actions.TypeText{Text: text}
 		if err := a.Validate(); err != nil {
-			return nil, "", actions.WithPrefix("parameters.", err)
+			return nil, "", actions.WithPrefix(fielderr.Name("parameters"), err)
 		}
 		return []actions.Action{a}, "", nil
 	case "PRESS", "KEY_DOWN", "KEY_UP":
@@ -288,7 +289,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(params["keys"], &raws); err != nil || len(raws) == 0 {
-			return nil, "", actions.Invalid("parameters.keys", actions.ErrUnknownKey, "must be a non-empty list of key names such as [\"ctrl\", \"c\"]")
+			return nil, "", actions.InvalidAt(osworldParam("keys"), actions.ErrUnknownKey, "must be a non-empty list of key names such as [\"ctrl\", \"c\"]")
 		}
 		var keys []actions.Key
 		for i, raw := range raws {
@@ -300,7 +301,7 @@ func translateOSWorld(action []byte) ([]actions.Action, string, error) {
 		}
 		a := actions.KeyPress{Keys: keys}
 		if err := a.Validate(); err != nil {
-			return nil, "", actions.WithPrefix("parameters.", err)
+			return nil, "", actions.WithPrefix(fielderr.Name("parameters"), err)
 		}
 		return []actions.Action{a}, "", nil
 	}

@@ -43,13 +43,13 @@ func DecodeToolset(data []byte) ([]anthropic.ToolUseBlock, error) {
 	for i, raw := range raws {
 		var b anthropic.ToolUseBlock
 		if err := json.Unmarshal(raw, &b); err != nil {
-			return nil, actions.Invalid(fmt.Sprintf("input[%d]", i), nil, "not a tool_use block: "+err.Error())
+			return nil, actions.InvalidAt(actions.Elem("input", i), nil, "not a tool_use block: "+err.Error())
 		}
 		if t := b.JSON.Type.Raw(); t != "" && t != `"tool_use"` {
 			continue
 		}
 		if b.ID == "" {
-			return nil, actions.Invalid(fmt.Sprintf("input[%d].id", i), nil, "required: the tool_result answers it")
+			return nil, actions.InvalidAt(actions.Elem("input", i).Name("id"), nil, "required: the tool_result answers it")
 		}
 		blocks = append(blocks, b)
 	}

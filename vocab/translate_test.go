@@ -279,7 +279,7 @@ func TestLimitsNameFieldAndLimit(t *testing.T) {
 		{"drag via", actions.Drag{Via: make([]actions.Point, actions.MaxDragVia+1)}.Validate(), "via", actions.MaxDragVia},
 	} {
 		fe, ok := errors.AsType[*actions.FieldError](c.err)
-		if !ok || fe.Field != c.field || fe.Limit != c.limit || !errors.Is(c.err, actions.ErrTooLarge) || !errors.Is(c.err, actions.ErrInvalid) {
+		if !ok || fe.Path.String() != c.field || fe.Limit != c.limit || !errors.Is(c.err, actions.ErrTooLarge) || !errors.Is(c.err, actions.ErrInvalid) {
 			t.Errorf("%s: %v, want field %s limit %d", c.name, c.err, c.field, c.limit)
 		}
 	}
@@ -291,7 +291,7 @@ func TestLimitsNameFieldAndLimit(t *testing.T) {
 	f := newFake(1920, 1080)
 	e, _ = player.NewExecutor(f, player.ExecutorConfig{})
 	_, err = e.Run(t.Context(), []actions.Action{actions.Zoom{Region: [4]int{0, 0, 1, 1080}, Width: 4096}}, noShot)
-	if fe, ok := errors.AsType[*actions.FieldError](err); !ok || fe.Field != "actions[0].width" || fe.Limit != actions.MaxZoomPixels {
+	if fe, ok := errors.AsType[*actions.FieldError](err); !ok || fe.Path.String() != "actions[0].width" || fe.Limit != actions.MaxZoomPixels {
 		t.Errorf("derived zoom: %v", err)
 	}
 }
