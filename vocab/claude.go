@@ -115,33 +115,46 @@ var toolsetExtra = map[string][]string{
 const MaxKeyRepeat = actions.MaxActions
 
 // claudeSpec says which fields an action takes: required, optional (from
-// which version), anything else is refused.
+// which version), anything else is refused; and how it translates.
 type claudeSpec struct {
 	required []string
 	optional []string
 	// since20250124 are optional fields the 2024-10-22 tool does not take
 	// (clicks took neither a coordinate nor modifiers then).
 	since20250124 []string
+	// translate maps the checked input onto neutral actions.
+	translate func(c claudeCall) ([]actions.Action, error)
 }
 
 var claudeSpecs = map[string]claudeSpec{
-	"key":             {required: []string{"text"}},
-	"type":            {required: []string{"text"}},
-	"mouse_move":      {required: []string{"coordinate"}},
-	"left_click":      {since20250124: []string{"coordinate", "text"}},
-	"right_click":     {since20250124: []string{"coordinate", "text"}},
-	"middle_click":    {since20250124: []string{"coordinate", "text"}},
-	"double_click":    {since20250124: []string{"coordinate", "text"}},
-	"triple_click":    {since20250124: []string{"coordinate", "text"}},
-	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}},
-	"screenshot":      {},
-	"cursor_position": {},
-	"left_mouse_down": {optional: []string{"coordinate"}},
-	"left_mouse_up":   {optional: []string{"coordinate"}},
-	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}},
-	"hold_key":        {required: []string{"text", "duration"}},
-	"wait":            {required: []string{"duration"}},
-	"zoom":            {required: []string{"region"}},
+	"key":             {required: []string{"text"}, translate: claudeKey},
+	"type":            {required: []string{"text"}, translate: claudeType},
+	"mouse_move":      {required: []string{"coordinate"}, translate: claudeMove},
+	"left_click":      {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 1)},
+	"right_click":     {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonRight, 1)},
+	"middle_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonMiddle, 1)},
+	"double_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 2)},
+	"triple_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 3)},
+	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}, translate: claudeDrag},
+	"screenshot":      {translate: claudeOne(actions.Screenshot{})},
+	"cursor_position": {translate: claudeOne(actions.CursorPosition{})},
+	"left_mouse_down": {optional: []string{"coordinate"}, translate: claudeMouseDown},
+	"left_mouse_up":   {optional: []string{"coordinate"}, translate: claudeMouseUp},
+	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}, translate: claudeScroll},
+	"hold_key":        {required: []string{"text", "duration"}, translate: claudeHoldKey},
+	"wait":            {required: []string{"duration"}, translate: claudeWait},
+	"zoom":            {required: []string{"region"}, translate: claudeZoom},
+}
+
+// claudeCall is one checked Claude input, as the translate functions of
+// claudeSpecs read it.
+type claudeCall struct {
+	in claudeInput
+	// at is the coordinate, if the input has one.
+	at *actions.Point
+	// toolset is a computer_toolset_20260801 member (durations are whole
+	// seconds).
+	toolset bool
 }
 
 // claudeInput is the decoded tool input: field name to raw JSON, JSON nulls
@@ -226,9 +239,10 @@ func claudeToolNames() []string {
 }
 
 // translateClaude translates a single-tool input (member "", the action in
-// the input's action field) or a toolset member's input.
+// the input's action field) or a toolset member's input: it names the
+// action, checks the input's fields against the action's spec, then
+// translates.
 func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Action, error) {
-	toolset := v == ComputerToolset20260801
 	accepted := v.Actions()
 	if accepted == nil {
 		names := claudeToolNames()
@@ -239,36 +253,63 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Ac
 	if err != nil {
 		return nil, err
 	}
+	action, err := claudeActionOf(v, member, in, accepted)
+	if err != nil {
+		return nil, err
+	}
+	spec, ok := claudeSpecs[action]
+	if !ok {
+		return nil, actions.Invalid("action", actions.ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", action))
+	}
+	if err := checkClaudeFields(v, action, spec, in); err != nil {
+		return nil, err
+	}
+	c := claudeCall{in: in, toolset: v == ComputerToolset20260801}
+	if _, ok := in["coordinate"]; ok {
+		if c.at, err = claudeCoordinate(in, "coordinate"); err != nil {
+			return nil, err
+		}
+	}
+	return spec.translate(c)
+}
+
+// claudeActionOf names the action of an input: the toolset member, or the
+// input's action field; it must be one v accepts.
+func claudeActionOf(v ClaudeVersion, member string, in claudeInput, accepted []string) (string, error) {
+	toolset := v == ComputerToolset20260801
 	var action string
-	actionField := "action"
 	if toolset {
-		actionField = "name"
 		if _, ok := in["action"]; ok {
-			return nil, actions.Invalid("action", nil, "a toolset input has no action field: the tool_use block's name is the action")
+			return "", actions.Invalid("action", nil, "a toolset input has no action field: the tool_use block's name is the action")
 		}
 		action = member
 	} else {
 		raw, ok := in["action"]
 		if !ok {
-			return nil, actions.OneOf("action", actions.ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
+			return "", actions.OneOf("action", actions.ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
 		}
 		if err := json.Unmarshal(raw, &action); err != nil {
-			return nil, actions.OneOf("action", actions.ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
+			return "", actions.OneOf("action", actions.ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
 		}
 	}
-	if !slices.Contains(accepted, action) {
-		if toolset {
-			return nil, actions.OneOf(actionField, actions.ErrUnsupportedAction, accepted,
-				fmt.Sprintf("unknown computer toolset action %q; accepted are %s", action, strings.Join(accepted, ", ")))
-		}
-		msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
-		if since := addedIn(action); since != "" {
-			msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
-				action, v, since, v, strings.Join(accepted, ", "))
-		}
-		return nil, actions.OneOf("action", actions.ErrUnsupportedAction, accepted, msg)
+	if slices.Contains(accepted, action) {
+		return action, nil
 	}
-	spec := claudeSpecs[action]
+	if toolset {
+		return "", actions.OneOf("name", actions.ErrUnsupportedAction, accepted,
+			fmt.Sprintf("unknown computer toolset action %q; accepted are %s", action, strings.Join(accepted, ", ")))
+	}
+	msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
+	if since := addedIn(action); since != "" {
+		msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
+			action, v, since, v, strings.Join(accepted, ", "))
+	}
+	return "", actions.OneOf("action", actions.ErrUnsupportedAction, accepted, msg)
+}
+
+// checkClaudeFields refuses a field the action does not take in v, and a
+// missing required one.
+func checkClaudeFields(v ClaudeVersion, action string, spec claudeSpec, in claudeInput) error {
 	required, optional := spec.required, spec.optional
 	switch {
 	case v != Computer20241022:
@@ -277,7 +318,7 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Ac
 		required, optional = []string{"coordinate"}, []string{"start_coordinate"}
 	}
 	fields := claudeFields
-	if toolset {
+	if v == ComputerToolset20260801 {
 		optional = append(slices.Clone(optional), toolsetExtra[action]...)
 		fields = toolsetFields
 	}
@@ -291,7 +332,7 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Ac
 			if f == "key" {
 				msg += " (modifiers for clicks and scrolls go in text, e.g. \"text\":\"ctrl\")"
 			}
-			return nil, actions.Invalid(f, nil, msg)
+			return actions.Invalid(f, nil, msg)
 		}
 		msg := fmt.Sprintf("not accepted for %s in %s (%s takes %s)", action, v, action, actions.TakesList(allowed[1:]))
 		if v == Computer20241022 && slices.Contains(spec.since20250124, f) {
@@ -299,188 +340,187 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Ac
 				"modifiers (move first with mouse_move); %s takes a coordinate and modifiers in text from %s",
 				action, v, action, Computer20250124)
 		}
-		return nil, actions.Invalid(f, nil, msg)
+		return actions.Invalid(f, nil, msg)
 	}
 	for _, f := range required {
 		if _, ok := in[f]; !ok {
-			return nil, actions.Invalid(f, nil, fmt.Sprintf("required for %s (%s takes %s)", action, action, actions.TakesList(allowed[1:])))
+			return actions.Invalid(f, nil, fmt.Sprintf("required for %s (%s takes %s)", action, action, actions.TakesList(allowed[1:])))
 		}
 	}
+	return nil
+}
 
-	var at *actions.Point
-	if _, ok := in["coordinate"]; ok {
-		if at, err = claudeCoordinate(in, "coordinate"); err != nil {
-			return nil, err
-		}
+// claudeKey: text is xdotool syntax; several chords separated by spaces
+// become one key action each; a toolset's repeat plays them that often.
+func claudeKey(c claudeCall) ([]actions.Action, error) {
+	text, err := claudeText(c.in, "text")
+	if err != nil {
+		return nil, err
 	}
-
-	switch action {
-	case "key":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
-		}
-		chords := strings.Fields(text)
-		if len(chords) == 0 {
-			if text == "" {
-				return nil, actions.Invalid("text", actions.ErrUnknownKey, "empty; give an xdotool key such as \"Return\" or \"ctrl+s\"")
-			}
-			chords = []string{"space"} // a bare " "
-		}
-		if n := utf8.RuneCountInString(text); n > actions.MaxTextRunes {
-			return nil, actions.TooLarge("text", actions.MaxTextRunes, fmt.Sprintf("at most %d characters of key text, got %d", actions.MaxTextRunes, n))
-		}
-		var acts []actions.Action
-		for _, c := range chords {
-			keys, err := actions.ParseChord(c)
-			if err != nil {
-				return nil, actions.WithPrefix(fielderr.Name("text"), err)
-			}
-			a := actions.KeyPress{Keys: keys}
-			if err := a.Validate(); err != nil {
-				return nil, actions.Renamed(err, "text")
-			}
-			acts = append(acts, a)
-		}
-		if raw, ok := in["repeat"]; ok {
-			n, err := claudeInt("repeat", raw)
-			if err != nil {
-				return nil, err
-			}
-			if n < 1 || n > MaxKeyRepeat {
-				return nil, actions.TooLarge("repeat", MaxKeyRepeat, fmt.Sprintf("must be 1 to %d, got %d", MaxKeyRepeat, n))
-			}
-			if n*len(acts) > actions.MaxActions {
-				return nil, actions.TooLarge("repeat", actions.MaxActions, fmt.Sprintf("%d repeats of %d keys are %d key presses; at most %d",
-					n, len(acts), n*len(acts), actions.MaxActions))
-			}
-			once := acts
-			for range n - 1 {
-				acts = append(acts, once...)
-			}
-		}
-		return acts, nil
-
-	case "type":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
-		}
+	chords := strings.Fields(text)
+	if len(chords) == 0 {
 		if text == "" {
-			return nil, actions.Invalid("text", nil, "empty; type needs text")
+			return nil, actions.Invalid("text", actions.ErrUnknownKey, "empty; give an xdotool key such as \"Return\" or \"ctrl+s\"")
 		}
-		a := actions.TypeText{Text: text}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []actions.Action{a}, nil
-
-	case "mouse_move":
-		return []actions.Action{actions.Move{To: *at}}, nil
-
-	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
-		mods, err := claudeModifiers(in)
-		if err != nil {
-			return nil, err
-		}
-		b, n := actions.ButtonLeft, 1
-		switch action {
-		case "right_click":
-			b = actions.ButtonRight
-		case "middle_click":
-			b = actions.ButtonMiddle
-		case "double_click":
-			n = 2
-		case "triple_click":
-			n = 3
-		}
-		return []actions.Action{actions.Click{At: at, Button: b, Count: n, Modifiers: mods}}, nil
-
-	case "left_click_drag":
-		a := actions.Drag{To: *at, Button: actions.ButtonLeft}
-		if _, ok := in["start_coordinate"]; ok {
-			if a.From, err = claudeCoordinate(in, "start_coordinate"); err != nil {
-				return nil, err
-			}
-		}
-		if a.Modifiers, err = claudeModifiers(in); err != nil {
-			return nil, err
-		}
-		return []actions.Action{a}, nil
-
-	case "screenshot":
-		return []actions.Action{actions.Screenshot{}}, nil
-
-	case "cursor_position":
-		return []actions.Action{actions.CursorPosition{}}, nil
-
-	case "left_mouse_down":
-		return []actions.Action{actions.ButtonDown{Button: actions.ButtonLeft, At: at}}, nil
-
-	case "left_mouse_up":
-		return []actions.Action{actions.ButtonUp{Button: actions.ButtonLeft, At: at}}, nil
-
-	case "scroll":
-		var dir string
-		if err := json.Unmarshal(in["scroll_direction"], &dir); err != nil {
-			return nil, actions.OneOf("scroll_direction", nil, actions.DirectionNames, "must be a string: up, down, left or right")
-		}
-		switch d := actions.Direction(dir); d {
-		case actions.ScrollUp, actions.ScrollDown, actions.ScrollLeft, actions.ScrollRight:
-		default:
-			return nil, actions.OneOf("scroll_direction", nil, actions.DirectionNames, fmt.Sprintf("must be up, down, left or right, got %q", dir))
-		}
-		amount, err := claudeInt("scroll_amount", in["scroll_amount"])
-		if err != nil {
-			return nil, err
-		}
-		if amount < 1 || amount > actions.MaxScrollAmount {
-			return nil, actions.Invalid("scroll_amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", actions.MaxScrollAmount, amount))
-		}
-		mods, err := claudeModifiers(in)
-		if err != nil {
-			return nil, err
-		}
-		return []actions.Action{actions.Scroll{At: at, Direction: actions.Direction(dir), Amount: amount, Modifiers: mods}}, nil
-
-	case "hold_key":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
-		}
-		keys, err := actions.ParseChord(text)
+		chords = []string{"space"} // a bare " "
+	}
+	if n := utf8.RuneCountInString(text); n > actions.MaxTextRunes {
+		return nil, actions.TooLarge("text", actions.MaxTextRunes, fmt.Sprintf("at most %d characters of key text, got %d", actions.MaxTextRunes, n))
+	}
+	var acts []actions.Action
+	for _, ch := range chords {
+		keys, err := actions.ParseChord(ch)
 		if err != nil {
 			return nil, actions.WithPrefix(fielderr.Name("text"), err)
 		}
-		d, err := claudeDuration(in, toolset)
-		if err != nil {
-			return nil, err
-		}
-		a := actions.HoldKey{Keys: keys, Duration: actions.RoundMS(d)}
+		a := actions.KeyPress{Keys: keys}
 		if err := a.Validate(); err != nil {
 			return nil, actions.Renamed(err, "text")
 		}
-		return []actions.Action{a}, nil
-
-	case "wait":
-		d, err := claudeDuration(in, toolset)
-		if err != nil {
-			return nil, err
-		}
-		return []actions.Action{actions.Wait{Duration: actions.RoundMS(d)}}, nil
-
-	case "zoom":
-		region, err := claudeInts("region", in["region"], 4)
-		if err != nil {
-			return nil, err
-		}
-		a := actions.Zoom{Region: [4]int(region)}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []actions.Action{a}, nil
+		acts = append(acts, a)
 	}
-	return nil, actions.Invalid("action", actions.ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", action))
+	raw, ok := c.in["repeat"]
+	if !ok {
+		return acts, nil
+	}
+	n, err := claudeInt("repeat", raw)
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 || n > MaxKeyRepeat {
+		return nil, actions.TooLarge("repeat", MaxKeyRepeat, fmt.Sprintf("must be 1 to %d, got %d", MaxKeyRepeat, n))
+	}
+	if n*len(acts) > actions.MaxActions {
+		return nil, actions.TooLarge("repeat", actions.MaxActions, fmt.Sprintf("%d repeats of %d keys are %d key presses; at most %d",
+			n, len(acts), n*len(acts), actions.MaxActions))
+	}
+	once := acts
+	for range n - 1 {
+		acts = append(acts, once...)
+	}
+	return acts, nil
+}
+
+func claudeType(c claudeCall) ([]actions.Action, error) {
+	text, err := claudeText(c.in, "text")
+	if err != nil {
+		return nil, err
+	}
+	if text == "" {
+		return nil, actions.Invalid("text", nil, "empty; type needs text")
+	}
+	a := actions.TypeText{Text: text}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return []actions.Action{a}, nil
+}
+
+func claudeMove(c claudeCall) ([]actions.Action, error) {
+	return []actions.Action{actions.Move{To: *c.at}}, nil
+}
+
+// claudeClick clicks b count times at the coordinate (or where the pointer
+// is) with text as modifiers.
+func claudeClick(b actions.Button, count int) func(claudeCall) ([]actions.Action, error) {
+	return func(c claudeCall) ([]actions.Action, error) {
+		mods, err := claudeModifiers(c.in)
+		if err != nil {
+			return nil, err
+		}
+		return []actions.Action{actions.Click{At: c.at, Button: b, Count: count, Modifiers: mods}}, nil
+	}
+}
+
+// claudeOne translates an action without fields.
+func claudeOne(a actions.Action) func(claudeCall) ([]actions.Action, error) {
+	return func(claudeCall) ([]actions.Action, error) { return []actions.Action{a}, nil }
+}
+
+func claudeDrag(c claudeCall) ([]actions.Action, error) {
+	a := actions.Drag{To: *c.at, Button: actions.ButtonLeft}
+	var err error
+	if _, ok := c.in["start_coordinate"]; ok {
+		if a.From, err = claudeCoordinate(c.in, "start_coordinate"); err != nil {
+			return nil, err
+		}
+	}
+	if a.Modifiers, err = claudeModifiers(c.in); err != nil {
+		return nil, err
+	}
+	return []actions.Action{a}, nil
+}
+
+func claudeMouseDown(c claudeCall) ([]actions.Action, error) {
+	return []actions.Action{actions.ButtonDown{Button: actions.ButtonLeft, At: c.at}}, nil
+}
+
+func claudeMouseUp(c claudeCall) ([]actions.Action, error) {
+	return []actions.Action{actions.ButtonUp{Button: actions.ButtonLeft, At: c.at}}, nil
+}
+
+func claudeScroll(c claudeCall) ([]actions.Action, error) {
+	var dir string
+	if err := json.Unmarshal(c.in["scroll_direction"], &dir); err != nil {
+		return nil, actions.OneOf("scroll_direction", nil, actions.DirectionNames, "must be a string: up, down, left or right")
+	}
+	switch d := actions.Direction(dir); d {
+	case actions.ScrollUp, actions.ScrollDown, actions.ScrollLeft, actions.ScrollRight:
+	default:
+		return nil, actions.OneOf("scroll_direction", nil, actions.DirectionNames, fmt.Sprintf("must be up, down, left or right, got %q", dir))
+	}
+	amount, err := claudeInt("scroll_amount", c.in["scroll_amount"])
+	if err != nil {
+		return nil, err
+	}
+	if amount < 1 || amount > actions.MaxScrollAmount {
+		return nil, actions.Invalid("scroll_amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", actions.MaxScrollAmount, amount))
+	}
+	mods, err := claudeModifiers(c.in)
+	if err != nil {
+		return nil, err
+	}
+	return []actions.Action{actions.Scroll{At: c.at, Direction: actions.Direction(dir), Amount: amount, Modifiers: mods}}, nil
+}
+
+func claudeHoldKey(c claudeCall) ([]actions.Action, error) {
+	text, err := claudeText(c.in, "text")
+	if err != nil {
+		return nil, err
+	}
+	keys, err := actions.ParseChord(text)
+	if err != nil {
+		return nil, actions.WithPrefix(fielderr.Name("text"), err)
+	}
+	d, err := claudeDuration(c.in, c.toolset)
+	if err != nil {
+		return nil, err
+	}
+	a := actions.HoldKey{Keys: keys, Duration: actions.RoundMS(d)}
+	if err := a.Validate(); err != nil {
+		return nil, actions.Renamed(err, "text")
+	}
+	return []actions.Action{a}, nil
+}
+
+func claudeWait(c claudeCall) ([]actions.Action, error) {
+	d, err := claudeDuration(c.in, c.toolset)
+	if err != nil {
+		return nil, err
+	}
+	return []actions.Action{actions.Wait{Duration: actions.RoundMS(d)}}, nil
+}
+
+func claudeZoom(c claudeCall) ([]actions.Action, error) {
+	region, err := claudeInts("region", c.in["region"], 4)
+	if err != nil {
+		return nil, err
+	}
+	a := actions.Zoom{Region: [4]int(region)}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return []actions.Action{a}, nil
 }
 
 func sortedKeys(m claudeInput) []string {

@@ -316,3 +316,29 @@ func TestAcceptedValues(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecsCoverVocabularies: every action a vocabulary lists has a spec
+// that translates it, and no spec is unreachable.
+func TestSpecsCoverVocabularies(t *testing.T) {
+	for _, v := range append(slices.Clone(ClaudeVersions), ComputerToolset20260801) {
+		for _, a := range v.Actions() {
+			if s, ok := claudeSpecs[a]; !ok || s.translate == nil {
+				t.Errorf("%s action %s has no translation", v, a)
+			}
+		}
+	}
+	for a := range claudeSpecs {
+		if !slices.Contains(Computer20251124.Actions(), a) {
+			t.Errorf("claude spec %s is in no version", a)
+		}
+	}
+	for _, a := range osworldActions {
+		s, ok := osworldSpecs[a]
+		if !ok || (s.translate == nil) != (a == "DONE" || a == "FAIL") {
+			t.Errorf("computer_13 action %s has no translation", a)
+		}
+	}
+	if len(osworldSpecs) != len(osworldActions) {
+		t.Errorf("%d computer_13 specs for %d actions", len(osworldSpecs), len(osworldActions))
+	}
+}
