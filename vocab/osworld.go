@@ -45,9 +45,11 @@ var osworldSpecs = map[string]osworldSpec{
 	"KEY_DOWN":     {[]string{"key"}, osworldKey},
 	"KEY_UP":       {[]string{"key"}, osworldKey},
 	"HOTKEY":       {[]string{"keys"}, osworldHotkey},
-	"WAIT":         {nil, func(osworldCall) ([]actions.Action, error) { return []actions.Action{actions.Wait{Duration: OSWorldWait}}, nil }},
-	"FAIL":         {nil, nil},
-	"DONE":         {nil, nil},
+	"WAIT": {nil, func(osworldCall) ([]actions.Action, error) {
+		return []actions.Action{actions.Wait{Duration: OSWorldWait}}, nil
+	}},
+	"FAIL": {nil, nil},
+	"DONE": {nil, nil},
 }
 
 // TranslateOSWorld turns one OSWorld computer_13 action into neutral actions
