@@ -45,11 +45,9 @@ var osworldSpecs = map[string]osworldSpec{
 	"KEY_DOWN":     {[]string{"key"}, osworldKey},
 	"KEY_UP":       {[]string{"key"}, osworldKey},
 	"HOTKEY":       {[]string{"keys"}, osworldHotkey},
-	"WAIT": {nil, func(osworldCall) ([]actions.Action, error) {
-		return []actions.Action{actions.Wait{Duration: OSWorldWait}}, nil
-	}},
-	"FAIL": {nil, nil},
-	"DONE": {nil, nil},
+	"WAIT":         {nil, osworldWait},
+	"FAIL":         {nil, nil},
+	"DONE":         {nil, nil},
 }
 
 // TranslateOSWorld turns one OSWorld computer_13 action into neutral actions
@@ -208,6 +206,10 @@ func (c osworldCall) need(fs ...string) error {
 		}
 	}
 	return nil
+}
+
+func osworldWait(osworldCall) ([]actions.Action, error) {
+	return []actions.Action{actions.Wait{Duration: OSWorldWait}}, nil
 }
 
 func osworldMove(c osworldCall) ([]actions.Action, error) {
