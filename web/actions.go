@@ -194,6 +194,7 @@ func errorResult(b api.ActionsRequest, err error, took time.Duration) (api.Actio
 			if cerr != nil {
 				return out, false
 			}
+			tr.ToolsetName = vocab.ToolsetName
 			out.ToolResults = append(out.ToolResults, tr)
 		}
 		out.Content, out.IsError = out.ToolResults[0].Content, true
