@@ -472,14 +472,13 @@ func (a openAIAction) translate() ([]actions.Action, error) {
 		}
 		pts := make([]actions.Point, len(a.path))
 		for i, p := range a.path {
-			f := fmt.Sprintf("path[%d].", i)
-			x, err := intField(f+"x", p.x, true)
+			x, err := intField("x", p.x, true)
 			if err != nil {
-				return nil, err
+				return nil, actions.WithPrefix(actions.Elem("path", i), err)
 			}
-			y, err := intField(f+"y", p.y, true)
+			y, err := intField("y", p.y, true)
 			if err != nil {
-				return nil, err
+				return nil, actions.WithPrefix(actions.Elem("path", i), err)
 			}
 			pts[i] = actions.Point{X: x, Y: y}
 		}
