@@ -95,7 +95,7 @@ func OneOf(field string, kind error, accepted []string, msg string) *FieldError 
 
 // StepError is a failure while playing one action of a Run (a display or
 // guest error, a cancellation), as opposed to a refusal before anything was
-// sent (*FieldError). Call.AgentError relabels it in the agent's terms.
+// sent (*FieldError). vocab.Call.AgentError relabels it in the agent's terms.
 type StepError struct {
 	// Index is the action's place in the Run's list.
 	Index int
