@@ -243,8 +243,8 @@ var (
 	keyIndex = map[string]Key{}
 	// charKeys maps printable ASCII characters to their keys.
 	charKeys [128]Key
-	// ShiftKey is the Shift_L key the executor presses for Shift.
-	ShiftKey Key
+	// shiftKey is the Shift_L key the executor presses for Shift.
+	shiftKey Key
 )
 
 func init() {
@@ -281,8 +281,11 @@ func init() {
 			add(a, k)
 		}
 	}
-	ShiftKey = keyIndex["shiftl"]
+	shiftKey = keyIndex["shiftl"]
 }
+
+// ShiftKey returns Shift_L, the key a player presses for Shift.
+func ShiftKey() Key { return shiftKey }
 
 // AllKeys returns every key ParseKey or KeyForRune can return, once each.
 func AllKeys() []Key {

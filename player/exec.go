@@ -551,7 +551,7 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 	case actions.KeyDown:
 		for _, k := range a.Keys {
 			if k.Shift && !in.shiftHeld(nil) {
-				if err := in.holdKey(ctx, actions.ShiftKey); err != nil {
+				if err := in.holdKey(ctx, actions.ShiftKey()); err != nil {
 					return err
 				}
 			}
@@ -568,7 +568,7 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 				return err
 			}
 			if k.Shift {
-				if err := in.unholdIfHeld(ctx, actions.ShiftKey); err != nil {
+				if err := in.unholdIfHeld(ctx, actions.ShiftKey()); err != nil {
 					return err
 				}
 			}
@@ -588,12 +588,12 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		shifted := false // Shift pressed by this action for the current run of characters
 		for _, k := range st.keys {
 			if k.Shift && !shifted && !in.shiftHeld(nil) {
-				if err := in.press(ctx, &own, actions.ShiftKey); err != nil {
+				if err := in.press(ctx, &own, actions.ShiftKey()); err != nil {
 					return err
 				}
 				shifted = true
 			} else if !k.Shift && shifted {
-				if err := in.releaseOwn(ctx, &own, actions.ShiftKey); err != nil {
+				if err := in.releaseOwn(ctx, &own, actions.ShiftKey()); err != nil {
 					return err
 				}
 				shifted = false

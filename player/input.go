@@ -125,7 +125,7 @@ func (in *input) approach(ctx context.Context, own *pressed, at *image.Point, mo
 func (in *input) pressChord(ctx context.Context, own *pressed, keys []actions.Key) error {
 	for _, k := range keys {
 		if k.Shift && !in.shiftHeld(own) {
-			if err := in.press(ctx, own, actions.ShiftKey); err != nil {
+			if err := in.press(ctx, own, actions.ShiftKey()); err != nil {
 				return err
 			}
 		}
