@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -108,6 +109,12 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// constant returns a vocabulary's translate function for an action without
+// fields: it always answers acts.
+func constant[In any](acts ...actions.Action) func(In) ([]actions.Action, error) {
+	return func(In) ([]actions.Action, error) { return slices.Clone(acts), nil }
 }
 
 // fieldsAll names the fields of every action with f.

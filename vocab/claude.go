@@ -136,8 +136,8 @@ var claudeSpecs = map[string]claudeSpec{
 	"double_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 2)},
 	"triple_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 3)},
 	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}, translate: claudeDrag},
-	"screenshot":      {translate: claudeOne(actions.Screenshot{})},
-	"cursor_position": {translate: claudeOne(actions.CursorPosition{})},
+	"screenshot":      {translate: constant[claudeCall](actions.Screenshot{})},
+	"cursor_position": {translate: constant[claudeCall](actions.CursorPosition{})},
 	"left_mouse_down": {optional: []string{"coordinate"}, translate: claudeMouseDown},
 	"left_mouse_up":   {optional: []string{"coordinate"}, translate: claudeMouseUp},
 	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}, translate: claudeScroll},
@@ -430,11 +430,6 @@ func claudeClick(b actions.Button, count int) func(claudeCall) ([]actions.Action
 		}
 		return []actions.Action{actions.Click{At: c.at, Button: b, Count: count, Modifiers: mods}}, nil
 	}
-}
-
-// claudeOne translates an action without fields.
-func claudeOne(a actions.Action) func(claudeCall) ([]actions.Action, error) {
-	return func(claudeCall) ([]actions.Action, error) { return []actions.Action{a}, nil }
 }
 
 func claudeDrag(c claudeCall) ([]actions.Action, error) {

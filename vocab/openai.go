@@ -368,131 +368,151 @@ func (a openAIAction) heldKeys() ([]actions.Key, error) {
 	return keys, nil
 }
 
+// openAITranslators map each action type onto neutral actions.
+var openAITranslators = map[string]func(openAIAction) ([]actions.Action, error){
+	"click":        openAIAction.click,
+	"double_click": openAIAction.click,
+	"move":         openAIAction.move,
+	"screenshot":   constant[openAIAction](actions.Screenshot{}),
+	"wait":         constant[openAIAction](actions.Wait{Duration: OpenAIWait}),
+	"type":         openAIAction.typeText,
+	"keypress":     openAIAction.keypress,
+	"scroll":       openAIAction.wheel,
+	"drag":         openAIAction.drag,
+}
+
 func (a openAIAction) translate() ([]actions.Action, error) {
-	switch a.typ {
-	case "click", "double_click":
-		at, err := a.point()
-		if err != nil {
-			return nil, err
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		if a.typ == "double_click" {
-			return []actions.Action{actions.Click{At: at, Button: actions.ButtonLeft, Count: 2, Modifiers: mods}}, nil
-		}
-		b := map[string]actions.Button{"": actions.ButtonLeft, "left": actions.ButtonLeft, "right": actions.ButtonRight, "wheel": actions.ButtonMiddle,
-			"middle": actions.ButtonMiddle, "back": actions.ButtonBack, "forward": actions.ButtonForward}
-		button, ok := b[strings.ToLower(a.button)]
-		if !ok {
-			return nil, actions.OneOf("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", a.button))
-		}
-		return []actions.Action{actions.Click{At: at, Button: button, Count: 1, Modifiers: mods}}, nil
-
-	case "move":
-		at, err := a.point()
-		if err != nil {
-			return nil, err
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		if len(mods) == 0 {
-			return []actions.Action{actions.Move{To: *at}}, nil
-		}
-		return []actions.Action{actions.KeyDown{Keys: mods}, actions.Move{To: *at}, actions.KeyUp{Keys: mods}}, nil
-
-	case "screenshot":
-		return []actions.Action{actions.Screenshot{}}, nil
-
-	case "wait":
-		return []actions.Action{actions.Wait{Duration: OpenAIWait}}, nil
-
-	case "type":
-		if !a.hasText {
-			return nil, actions.Invalid("text", nil, "required for type")
-		}
-		return []actions.Action{actions.TypeText{Text: a.text}}, nil
-
-	case "keypress":
-		if !a.hasKeys || len(a.keys) == 0 {
-			return nil, actions.Invalid("keys", actions.ErrUnknownKey, "must be a non-empty array of key names such as [\"CTRL\", \"C\"]")
-		}
-		var keys []actions.Key
-		for i, n := range a.keys {
-			k, err := parseOpenAIKey(n)
-			if err != nil {
-				return nil, actions.WithPrefix(actions.Elem("keys", i), err)
-			}
-			keys = append(keys, k)
-		}
-		a := actions.KeyPress{Keys: keys}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []actions.Action{a}, nil
-
-	case "scroll":
-		at, err := a.point()
-		if err != nil {
-			return nil, err
-		}
-		sx, err := intField("scroll_x", a.scroll[0], false)
-		if err != nil && a.scroll[0].Raw() != "" {
-			return nil, err
-		}
-		sy, err := intField("scroll_y", a.scroll[1], false)
-		if err != nil && a.scroll[1].Raw() != "" {
-			return nil, err
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		var acts []actions.Action
-		if s, ok := pixelScroll(at, sy, actions.ScrollDown, actions.ScrollUp, mods); ok {
-			acts = append(acts, s)
-		}
-		if s, ok := pixelScroll(at, sx, actions.ScrollRight, actions.ScrollLeft, mods); ok {
-			acts = append(acts, s)
-		}
-		if len(acts) == 0 {
-			return nil, actions.Invalid("scroll_y", nil, "scroll_x and scroll_y are both 0 or absent: nothing to scroll")
-		}
-		return acts, nil
-
-	case "drag":
-		if !a.hasPath || len(a.path) < 2 {
-			return nil, actions.Invalid("path", nil, "must be an array of at least two {\"x\":..,\"y\":..} points")
-		}
-		if len(a.path) > actions.MaxDragVia+2 {
-			return nil, actions.TooLarge("path", actions.MaxDragVia+2, fmt.Sprintf("at most %d points, got %d", actions.MaxDragVia+2, len(a.path)))
-		}
-		pts := make([]actions.Point, len(a.path))
-		for i, p := range a.path {
-			x, err := intField("x", p.x, true)
-			if err != nil {
-				return nil, actions.WithPrefix(actions.Elem("path", i), err)
-			}
-			y, err := intField("y", p.y, true)
-			if err != nil {
-				return nil, actions.WithPrefix(actions.Elem("path", i), err)
-			}
-			pts[i] = actions.Point{X: x, Y: y}
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		var via []actions.Point
-		if len(pts) > 2 {
-			via = pts[1 : len(pts)-1]
-		}
-		return []actions.Action{actions.Drag{From: &pts[0], Via: via, To: pts[len(pts)-1], Button: actions.ButtonLeft, Modifiers: mods}}, nil
+	if t, ok := openAITranslators[a.typ]; ok {
+		return t(a)
 	}
 	return nil, actions.OneOf("type", actions.ErrUnsupportedAction, openAIActions, fmt.Sprintf("action %q is not implemented", a.typ))
+}
+
+// click is click (any button) and double_click (left).
+func (a openAIAction) click() ([]actions.Action, error) {
+	at, err := a.point()
+	if err != nil {
+		return nil, err
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	if a.typ == "double_click" {
+		return []actions.Action{actions.Click{At: at, Button: actions.ButtonLeft, Count: 2, Modifiers: mods}}, nil
+	}
+	b := map[string]actions.Button{"": actions.ButtonLeft, "left": actions.ButtonLeft, "right": actions.ButtonRight, "wheel": actions.ButtonMiddle,
+		"middle": actions.ButtonMiddle, "back": actions.ButtonBack, "forward": actions.ButtonForward}
+	button, ok := b[strings.ToLower(a.button)]
+	if !ok {
+		return nil, actions.OneOf("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", a.button))
+	}
+	return []actions.Action{actions.Click{At: at, Button: button, Count: 1, Modifiers: mods}}, nil
+}
+
+// move holds keys around the move.
+func (a openAIAction) move() ([]actions.Action, error) {
+	at, err := a.point()
+	if err != nil {
+		return nil, err
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	if len(mods) == 0 {
+		return []actions.Action{actions.Move{To: *at}}, nil
+	}
+	return []actions.Action{actions.KeyDown{Keys: mods}, actions.Move{To: *at}, actions.KeyUp{Keys: mods}}, nil
+}
+
+func (a openAIAction) typeText() ([]actions.Action, error) {
+	if !a.hasText {
+		return nil, actions.Invalid("text", nil, "required for type")
+	}
+	return []actions.Action{actions.TypeText{Text: a.text}}, nil
+}
+
+func (a openAIAction) keypress() ([]actions.Action, error) {
+	if !a.hasKeys || len(a.keys) == 0 {
+		return nil, actions.Invalid("keys", actions.ErrUnknownKey, "must be a non-empty array of key names such as [\"CTRL\", \"C\"]")
+	}
+	var keys []actions.Key
+	for i, n := range a.keys {
+		k, err := parseOpenAIKey(n)
+		if err != nil {
+			return nil, actions.WithPrefix(actions.Elem("keys", i), err)
+		}
+		keys = append(keys, k)
+	}
+	kp := actions.KeyPress{Keys: keys}
+	if err := kp.Validate(); err != nil {
+		return nil, err
+	}
+	return []actions.Action{kp}, nil
+}
+
+// wheel turns scroll_x/scroll_y pixels into wheel clicks, vertical first.
+func (a openAIAction) wheel() ([]actions.Action, error) {
+	at, err := a.point()
+	if err != nil {
+		return nil, err
+	}
+	sx, err := intField("scroll_x", a.scroll[0], false)
+	if err != nil && a.scroll[0].Raw() != "" {
+		return nil, err
+	}
+	sy, err := intField("scroll_y", a.scroll[1], false)
+	if err != nil && a.scroll[1].Raw() != "" {
+		return nil, err
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	var acts []actions.Action
+	if s, ok := pixelScroll(at, sy, actions.ScrollDown, actions.ScrollUp, mods); ok {
+		acts = append(acts, s)
+	}
+	if s, ok := pixelScroll(at, sx, actions.ScrollRight, actions.ScrollLeft, mods); ok {
+		acts = append(acts, s)
+	}
+	if len(acts) == 0 {
+		return nil, actions.Invalid("scroll_y", nil, "scroll_x and scroll_y are both 0 or absent: nothing to scroll")
+	}
+	return acts, nil
+}
+
+// drag presses at the path's first point, moves through the others and
+// releases at the last.
+func (a openAIAction) drag() ([]actions.Action, error) {
+	if !a.hasPath || len(a.path) < 2 {
+		return nil, actions.Invalid("path", nil, "must be an array of at least two {\"x\":..,\"y\":..} points")
+	}
+	if len(a.path) > actions.MaxDragVia+2 {
+		return nil, actions.TooLarge("path", actions.MaxDragVia+2, fmt.Sprintf("at most %d points, got %d", actions.MaxDragVia+2, len(a.path)))
+	}
+	pts := make([]actions.Point, len(a.path))
+	for i, p := range a.path {
+		x, err := intField("x", p.x, true)
+		if err != nil {
+			return nil, actions.WithPrefix(actions.Elem("path", i), err)
+		}
+		y, err := intField("y", p.y, true)
+		if err != nil {
+			return nil, actions.WithPrefix(actions.Elem("path", i), err)
+		}
+		pts[i] = actions.Point{X: x, Y: y}
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	var via []actions.Point
+	if len(pts) > 2 {
+		via = pts[1 : len(pts)-1]
+	}
+	return []actions.Action{actions.Drag{From: &pts[0], Via: via, To: pts[len(pts)-1], Button: actions.ButtonLeft, Modifiers: mods}}, nil
 }
 
 // agentField names an executor field of n (one of the neutral actions a

@@ -45,7 +45,7 @@ var osworldSpecs = map[string]osworldSpec{
 	"KEY_DOWN":     {[]string{"key"}, osworldKey},
 	"KEY_UP":       {[]string{"key"}, osworldKey},
 	"HOTKEY":       {[]string{"keys"}, osworldHotkey},
-	"WAIT":         {nil, osworldWait},
+	"WAIT":         {nil, constant[osworldCall](actions.Wait{Duration: OSWorldWait})},
 	"FAIL":         {nil, nil},
 	"DONE":         {nil, nil},
 }
@@ -206,10 +206,6 @@ func (c osworldCall) need(fs ...string) error {
 		}
 	}
 	return nil
-}
-
-func osworldWait(osworldCall) ([]actions.Action, error) {
-	return []actions.Action{actions.Wait{Duration: OSWorldWait}}, nil
 }
 
 func osworldMove(c osworldCall) ([]actions.Action, error) {
