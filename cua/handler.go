@@ -16,6 +16,7 @@ import (
 	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/gorilla/websocket"
 )
 
@@ -24,7 +25,7 @@ import (
 // one does, for the window commands, which change the desktop through the
 // guest rather than by playing actions.
 type Runner interface {
-	Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error)
+	Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (desk.RunResult, error)
 	Human() (since time.Time, ok bool)
 }
 
@@ -228,10 +229,10 @@ func (h *Handler) wsAnswer(ctx context.Context, msg []byte) []byte {
 }
 
 // native is the screen's own pixels: Cua's coordinates.
-var native = actions.ScreenshotSize{Mode: actions.SizeNative}
+var native = player.ScreenshotSize{Mode: player.SizeNative}
 
 // quiet asks Run for no screenshot.
-var quiet = actions.RunOptions{Screenshot: actions.ScreenshotNever}
+var quiet = player.RunOptions{Screenshot: player.ScreenshotNever}
 
 // do carries out one op.
 func (h *Handler) do(ctx context.Context, o op) (any, error) {
@@ -282,7 +283,7 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		// Fresh: a run_command may have changed the screen while QEMU's
 		// refresh timer idled.
 		img, _, err := h.t.Screen.Screenshot(ctx, desk.ScreenshotOptions{Size: native, Fresh: true,
-			Encode: actions.EncodeOptions{Format: o.format, Quality: o.quality}})
+			Encode: player.EncodeOptions{Format: o.format, Quality: o.quality}})
 		if err != nil {
 			return nil, fmt.Errorf("Screenshot error: %w", err)
 		}

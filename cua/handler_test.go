@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/gorilla/websocket"
 )
@@ -46,10 +48,10 @@ type fakeDesk struct {
 	shots     []desk.ScreenshotOptions
 }
 
-func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error) {
+func (d *fakeDesk) Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (desk.RunResult, error) {
 	var res desk.RunResult
 	res.Screenshot.X, res.Screenshot.Y = d.w, d.h
-	if size.Mode != actions.SizeNative || opts.Screenshot != actions.ScreenshotNever {
+	if size.Mode != player.SizeNative || opts.Screenshot != player.ScreenshotNever {
 		return res, fmt.Errorf("fake: size %v, screenshot %q: Cua runs at native size without screenshots", size, opts.Screenshot)
 	}
 	if d.human {
@@ -85,7 +87,7 @@ func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []
 			if !d.known {
 				return res, fmt.Errorf("actions[%d] (cursor_position): %w", res.Executed, actions.ErrPointerUnknown)
 			}
-			p := d.pos
+			p := image.Point{X: d.pos.X, Y: d.pos.Y}
 			res.Cursor = &p
 		case actions.ClipboardGet:
 			c := d.clip
@@ -433,7 +435,7 @@ func TestScreenshot(t *testing.T) {
 	}
 	r.ok("screenshot", map[string]any{"format": "jpeg", "quality": 50})
 	o := r.desk.shots[1]
-	if !o.Fresh || o.Size.Mode != actions.SizeNative || o.Encode.Format != actions.FormatJPEG || o.Encode.Quality != 50 {
+	if !o.Fresh || o.Size.Mode != player.SizeNative || o.Encode.Format != player.FormatJPEG || o.Encode.Quality != 50 {
 		t.Fatalf("screenshot options: %+v", o)
 	}
 }

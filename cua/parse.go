@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // op is one parsed command: what to do, with nothing done yet. parse makes
@@ -30,7 +31,7 @@ type (
 	// through the desk's guest input path.
 	inputOp      struct{ acts []actions.Action }
 	screenshotOp struct {
-		format  actions.ImageFormat
+		format  player.ImageFormat
 		quality int // JPEG only
 	}
 	shellOp struct {
@@ -601,9 +602,9 @@ func parseScreenshot(raw json.RawMessage, _ string) (op, error) {
 	}
 	switch f {
 	case "png":
-		return screenshotOp{format: actions.FormatPNG}, nil
+		return screenshotOp{format: player.FormatPNG}, nil
 	case "jpeg", "jpg":
-		return screenshotOp{format: actions.FormatJPEG, quality: q}, nil
+		return screenshotOp{format: player.FormatJPEG, quality: q}, nil
 	}
 	return nil, fmt.Errorf("Unsupported screenshot format %q. Supported: ['jpeg', 'png']", *p.Format)
 }

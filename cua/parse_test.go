@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 func key(t *testing.T, name string) actions.Key {
@@ -149,8 +150,8 @@ func TestParseGuestCommands(t *testing.T) {
 		{"set_clipboard", `{"text": "x"}`, acts(actions.ClipboardSet{Text: "x"})},
 		{"launch", `{"app": "xterm", "args": ["-e", "top"]}`, launchOp{app: "xterm", args: []string{"-e", "top"}}},
 		{"launch", `{"app": "lxterminal --title x", "args": null}`, launchOp{app: "lxterminal --title x"}},
-		{"screenshot", `null`, screenshotOp{format: actions.FormatPNG}},
-		{"screenshot", `{"format": "JPG", "quality": 120}`, screenshotOp{format: actions.FormatJPEG, quality: 95}},
+		{"screenshot", `null`, screenshotOp{format: player.FormatPNG}},
+		{"screenshot", `{"format": "JPG", "quality": 120}`, screenshotOp{format: player.FormatJPEG, quality: 95}},
 		{"version", `{}`, versionOp{}},
 		{"get_screen_size", `{}`, screenSizeOp{}},
 		{"get_cursor_position", `{}`, cursorOp{}},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -120,14 +121,14 @@ func TestPointerFromGuestBeforeAnyPointerEvent(t *testing.T) {
 	disp.mu.Lock()
 	disp.noPtr = true
 	disp.mu.Unlock()
-	quiet := actions.RunOptions{Screenshot: actions.ScreenshotNever}
+	quiet := player.RunOptions{Screenshot: player.ScreenshotNever}
 	// At half size the guest's native 320,200 is 160,100.
-	half := actions.ScreenshotSize{Mode: actions.SizeFixed, Width: 320, Height: 200}
+	half := player.ScreenshotSize{Mode: player.SizeFixed, Width: 320, Height: 200}
 	res, err := d.Run(context.Background(), half, []actions.Action{actions.CursorPosition{}}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Cursor == nil || *res.Cursor != (actions.Point{X: 160, Y: 100}) {
+	if res.Cursor == nil || *res.Cursor != (image.Point{X: 160, Y: 100}) {
 		t.Fatalf("cursor %v (text %q), want 160,100", res.Cursor, res.Text)
 	}
 	if x, y := disp.CursorPos(); x != 320 || y != 200 {

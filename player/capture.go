@@ -1,4 +1,4 @@
-package actions
+package player
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"image"
 	"log/slog"
 	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // capturer takes settled screenshots for one Run: it settles only when input
@@ -51,26 +53,26 @@ func (c *capturer) settle(ctx context.Context) error {
 	}
 	c.dirty = false
 	if err != nil {
-		return fmt.Errorf("settle: %w: %w", ErrDisplay, err)
+		return fmt.Errorf("settle: %w: %w", actions.ErrDisplay, err)
 	}
 	return nil
 }
 
 // shot settles and captures a screenshot (z nil) or a zoom from the
 // display's snapshot, through the executor's scaler.
-func (c *capturer) shot(ctx context.Context, e *Executor, z *Zoom) (*Image, error) {
+func (c *capturer) shot(ctx context.Context, e *Executor, z *actions.Zoom) (*Image, error) {
 	if err := c.settle(ctx); err != nil {
 		return nil, err
 	}
 	snap := c.d.Snapshot()
 	if snap == nil {
-		return nil, fmt.Errorf("snapshot: %w: no framebuffer yet", ErrDisplay)
+		return nil, fmt.Errorf("snapshot: %w: no framebuffer yet", actions.ErrDisplay)
 	}
 	if nw, nh := e.scaler.Native(); snap.Rect.Dx() != nw || snap.Rect.Dy() != nh {
 		e.refreshScaler()
 		if nw, nh := e.scaler.Native(); snap.Rect.Dx() != nw || snap.Rect.Dy() != nh {
 			return nil, fmt.Errorf("snapshot is %dx%d but the display reports %dx%d: %w",
-				snap.Rect.Dx(), snap.Rect.Dy(), nw, nh, ErrDisplay)
+				snap.Rect.Dx(), snap.Rect.Dy(), nw, nh, actions.ErrDisplay)
 		}
 	}
 	var img *image.RGBA

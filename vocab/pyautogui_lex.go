@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 // The tokenizer of the pyautogui subset TranslatePyautogui plays on the
 // host: names, numbers, strings (with prefixes and escapes), operators and

@@ -1,10 +1,13 @@
-package actions
+package vocab
 
 import (
 	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // The code below is constructed, not captured: it follows the shapes
@@ -87,24 +90,24 @@ func TestPyautoguiNotHostPlayable(t *testing.T) {
 // {"command": code}; a relative move plays from where the pointer is.
 func TestPyautoguiThroughDecode(t *testing.T) {
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	for _, in := range []string{`"pyautogui.moveTo(10, 10)\npyautogui.moveRel(5, -3)"`, `{"command":"pyautogui.moveTo(10, 10); pyautogui.move(5, -3)"}`} {
-		f.events = nil
+		f.Events = nil
 		if _, err := decodeRun(t, e, ToolPyautogui, in, ReplyOptions{}); err != nil {
 			t.Fatalf("%s: %v", in, err)
 		}
-		checkEvents(t, f.events, "ptr 10,10 0x00", "ptr 15,7 0x00")
+		checkEvents(t, f.Events, "ptr 10,10 0x00", "ptr 15,7 0x00")
 	}
 	if _, err := Decode(ToolPyautogui, []byte(`"import os"`)); !errors.Is(err, ErrNotHostPlayable) {
 		t.Errorf("not host-playable through Decode: %v", err)
 	}
 	// A relative move off the screen stops at its edge, as in pyautogui.
-	f.events = nil
+	f.Events = nil
 	if _, err := decodeRun(t, e, ToolPyautogui, `"pyautogui.moveRel(-1000, 1000)"`, ReplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	checkEvents(t, f.events, "ptr 0,199 0x00")
-	_, err := e.Run(context.Background(), []Action{MoveBy{DX: 1}}, noShot)
+	checkEvents(t, f.Events, "ptr 0,199 0x00")
+	_, err := e.Run(context.Background(), []actions.Action{actions.MoveBy{DX: 1}}, noShot)
 	if err != nil {
 		t.Errorf("move_by after a move: %v", err)
 	}

@@ -1,10 +1,12 @@
-package actions
+package player
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"image"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // Pointer button mask bits (see Display.Pointer).
@@ -37,22 +39,22 @@ const (
 type input struct {
 	d       Display
 	pace    *pacer
-	buttons uint8 // held across requests by button_down
-	keys    []Key // held across requests by key_down, in press order
+	buttons uint8         // held across requests by button_down
+	keys    []actions.Key // held across requests by key_down, in press order
 }
 
 // pressed is what one action has pressed for itself and must release.
 type pressed struct {
-	keys    []Key
+	keys    []actions.Key
 	buttons uint8
 }
 
 // heldNames returns the keys and buttons held across requests.
-func (in *input) heldNames() (keys []string, buttons []Button) {
+func (in *input) heldNames() (keys []string, buttons []actions.Button) {
 	for _, k := range in.keys {
 		keys = append(keys, k.Name)
 	}
-	for _, b := range []Button{ButtonLeft, ButtonMiddle, ButtonRight} {
+	for _, b := range []actions.Button{actions.ButtonLeft, actions.ButtonMiddle, actions.ButtonRight} {
 		if bit, _ := buttonMask(b); in.buttons&bit != 0 {
 			buttons = append(buttons, b)
 		}
@@ -68,7 +70,7 @@ func (in *input) pos(p *image.Point) (image.Point, error) {
 	x, y := in.d.CursorPos()
 	if x < 0 || y < 0 {
 		return image.Point{}, fmt.Errorf("%w: no pointer event was sent in this session yet, so where "+
-			"the pointer is cannot be known; give a coordinate or move the pointer first", ErrPointerUnknown)
+			"the pointer is cannot be known; give a coordinate or move the pointer first", actions.ErrPointerUnknown)
 	}
 	return image.Point{X: x, Y: y}, nil
 }
@@ -79,13 +81,13 @@ func (in *input) pointer(ctx context.Context, p image.Point, mask uint8) error {
 		return err
 	}
 	if err := in.d.Pointer(p.X, p.Y, mask); err != nil {
-		return fmt.Errorf("pointer (%d,%d) buttons %#02x: %w: %w", p.X, p.Y, mask, ErrDisplay, err)
+		return fmt.Errorf("pointer (%d,%d) buttons %#02x: %w: %w", p.X, p.Y, mask, actions.ErrDisplay, err)
 	}
 	return nil
 }
 
 // key sends one key event.
-func (in *input) key(ctx context.Context, k Key, down bool) error {
+func (in *input) key(ctx context.Context, k actions.Key, down bool) error {
 	if err := in.pace.before(ctx, devKeyboard); err != nil {
 		return err
 	}
@@ -94,7 +96,7 @@ func (in *input) key(ctx context.Context, k Key, down bool) error {
 		if down {
 			dir = "down"
 		}
-		return fmt.Errorf("key %s %s: %w: %w", k.Name, dir, ErrDisplay, err)
+		return fmt.Errorf("key %s %s: %w: %w", k.Name, dir, actions.ErrDisplay, err)
 	}
 	return nil
 }
@@ -102,7 +104,7 @@ func (in *input) key(ctx context.Context, k Key, down bool) error {
 // approach moves the pointer to at (nil: where it is) without changing the
 // buttons, then presses the modifiers an action holds: the first half of a
 // click, scroll or drag.
-func (in *input) approach(ctx context.Context, own *pressed, at *image.Point, mods []Key) (image.Point, error) {
+func (in *input) approach(ctx context.Context, own *pressed, at *image.Point, mods []actions.Key) (image.Point, error) {
 	pos, err := in.pos(at)
 	if err != nil {
 		return pos, err
@@ -120,10 +122,10 @@ func (in *input) approach(ctx context.Context, own *pressed, at *image.Point, mo
 
 // pressChord presses keys in order, adding Shift_L before a key that needs it
 // unless a Shift is already down. own records them for release in reverse.
-func (in *input) pressChord(ctx context.Context, own *pressed, keys []Key) error {
+func (in *input) pressChord(ctx context.Context, own *pressed, keys []actions.Key) error {
 	for _, k := range keys {
 		if k.Shift && !in.shiftHeld(own) {
-			if err := in.press(ctx, own, shiftKey); err != nil {
+			if err := in.press(ctx, own, actions.ShiftKey()); err != nil {
 				return err
 			}
 		}
@@ -136,7 +138,7 @@ func (in *input) pressChord(ctx context.Context, own *pressed, keys []Key) error
 
 // press presses k for the current action unless it is already down. It is
 // recorded before it is sent, so a failed send is still released.
-func (in *input) press(ctx context.Context, own *pressed, k Key) error {
+func (in *input) press(ctx context.Context, own *pressed, k actions.Key) error {
 	if indexKey(in.keys, k) >= 0 || indexKey(own.keys, k) >= 0 {
 		return nil
 	}
@@ -146,7 +148,7 @@ func (in *input) press(ctx context.Context, own *pressed, k Key) error {
 
 // releaseOwn releases a key the current action pressed. It stays recorded
 // until the release is sent.
-func (in *input) releaseOwn(ctx context.Context, own *pressed, k Key) error {
+func (in *input) releaseOwn(ctx context.Context, own *pressed, k actions.Key) error {
 	i := indexKey(own.keys, k)
 	if i < 0 {
 		return nil
@@ -159,7 +161,7 @@ func (in *input) releaseOwn(ctx context.Context, own *pressed, k Key) error {
 }
 
 // tap presses and releases k (typing), recorded for release in between.
-func (in *input) tap(ctx context.Context, own *pressed, k Key) error {
+func (in *input) tap(ctx context.Context, own *pressed, k actions.Key) error {
 	own.keys = append(own.keys, k)
 	if err := in.key(ctx, k, true); err != nil {
 		return err
@@ -235,7 +237,7 @@ func (in *input) unholdButton(ctx context.Context, p image.Point, bit uint8) err
 }
 
 // holdKey presses k and keeps it held across requests.
-func (in *input) holdKey(ctx context.Context, k Key) error {
+func (in *input) holdKey(ctx context.Context, k actions.Key) error {
 	if indexKey(in.keys, k) >= 0 {
 		return nil
 	}
@@ -245,7 +247,7 @@ func (in *input) holdKey(ctx context.Context, k Key) error {
 
 // unholdKey releases k (as it was pressed, if held), held or not. It stays
 // held until the release is sent.
-func (in *input) unholdKey(ctx context.Context, k Key) error {
+func (in *input) unholdKey(ctx context.Context, k actions.Key) error {
 	i := indexKey(in.keys, k)
 	if i >= 0 {
 		k = in.keys[i]
@@ -259,7 +261,7 @@ func (in *input) unholdKey(ctx context.Context, k Key) error {
 	return nil
 }
 
-func (in *input) unholdIfHeld(ctx context.Context, k Key) error {
+func (in *input) unholdIfHeld(ctx context.Context, k actions.Key) error {
 	if indexKey(in.keys, k) < 0 {
 		return nil
 	}
@@ -287,15 +289,14 @@ func (in *input) releaseAll() error {
 // shiftHeld reports whether a Shift key is down, held across requests or
 // pressed by the current action (own may be nil).
 func (in *input) shiftHeld(own *pressed) bool {
-	isShift := func(k Key) bool { return k.Keysym == xkShiftL || k.Keysym == xkShiftR }
 	for _, k := range in.keys {
-		if isShift(k) {
+		if k.IsShift() {
 			return true
 		}
 	}
 	if own != nil {
 		for _, k := range own.keys {
-			if isShift(k) {
+			if k.IsShift() {
 				return true
 			}
 		}
@@ -305,7 +306,7 @@ func (in *input) shiftHeld(own *pressed) bool {
 
 // indexKey finds the physical key k (by scancode, or keysym when there is no
 // scancode) in keys.
-func indexKey(keys []Key, k Key) int {
+func indexKey(keys []actions.Key, k actions.Key) int {
 	for i, h := range keys {
 		if (k.Scancode != 0 && h.Scancode == k.Scancode) || (k.Scancode == 0 && h.Keysym == k.Keysym) {
 			return i
@@ -314,30 +315,30 @@ func indexKey(keys []Key, k Key) int {
 	return -1
 }
 
-func buttonMask(b Button) (uint8, error) {
+func buttonMask(b actions.Button) (uint8, error) {
 	switch b {
-	case "", ButtonLeft:
+	case "", actions.ButtonLeft:
 		return maskLeft, nil
-	case ButtonMiddle:
+	case actions.ButtonMiddle:
 		return maskMiddle, nil
-	case ButtonRight:
+	case actions.ButtonRight:
 		return maskRight, nil
-	case ButtonBack, ButtonForward:
-		return 0, fieldErr("button", ErrUnsupportedButton, fmt.Sprintf(
+	case actions.ButtonBack, actions.ButtonForward:
+		return 0, actions.Invalid("button", actions.ErrUnsupportedButton, fmt.Sprintf(
 			"%s is X button %d, which the VNC pointer event of this display cannot carry "+
 				"(it has buttons 1-7: left, middle, right and the wheel); for history navigation "+
-				"press alt+Left or alt+Right", b, map[Button]int{ButtonBack: 8, ButtonForward: 9}[b]))
+				"press alt+Left or alt+Right", b, map[actions.Button]int{actions.ButtonBack: 8, actions.ButtonForward: 9}[b]))
 	}
-	return 0, oneOfErr("button", nil, buttonNames, fmt.Sprintf("must be left, middle, right, back or forward, got %q", b))
+	return 0, actions.OneOf("button", nil, actions.ButtonNames, fmt.Sprintf("must be left, middle, right, back or forward, got %q", b))
 }
 
-func wheelMask(d Direction) uint8 {
+func wheelMask(d actions.Direction) uint8 {
 	switch d {
-	case ScrollUp:
+	case actions.ScrollUp:
 		return maskWheelUp
-	case ScrollDown:
+	case actions.ScrollDown:
 		return maskWheelDown
-	case ScrollLeft:
+	case actions.ScrollLeft:
 		return maskWheelLeft
 	}
 	return maskWheelRight

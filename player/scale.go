@@ -1,4 +1,4 @@
-package actions
+package player
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/deskfarm/deskfarm/actions"
 
 	"github.com/disintegration/imaging"
 )
@@ -47,7 +49,7 @@ func ParseScreenshotSize(s string) (ScreenshotSize, error) {
 	w, err1 := strconv.Atoi(ws)
 	h, err2 := strconv.Atoi(hs)
 	if !ok || err1 != nil || err2 != nil || w < 1 || h < 1 || w > 16384 || h > 16384 {
-		return ScreenshotSize{}, fieldErr("screenshot_size", nil,
+		return ScreenshotSize{}, actions.Invalid("screenshot_size", nil,
 			fmt.Sprintf("must be \"native\", \"auto\" (XGA/WXGA/FWXGA by aspect ratio) or WIDTHxHEIGHT such as \"1280x800\", got %q", s))
 	}
 	return ScreenshotSize{Mode: SizeFixed, Width: w, Height: h}, nil
@@ -124,7 +126,7 @@ type Scaler struct {
 // aspect ratio may differ, each axis scales on its own.
 func NewScaler(nativeW, nativeH int, size ScreenshotSize) (*Scaler, error) {
 	if nativeW < 1 || nativeH < 1 {
-		return nil, fmt.Errorf("new scaler: native size %dx%d: %w", nativeW, nativeH, ErrInvalid)
+		return nil, fmt.Errorf("new scaler: native size %dx%d: %w", nativeW, nativeH, actions.ErrInvalid)
 	}
 	s := &Scaler{nw: nativeW, nh: nativeH, sw: nativeW, sh: nativeH, size: size}
 	switch size.Mode {
@@ -141,13 +143,13 @@ func NewScaler(nativeW, nativeH int, size ScreenshotSize) (*Scaler, error) {
 		}
 	case SizeFixed:
 		if size.Width < 1 || size.Height < 1 || size.Width > nativeW || size.Height > nativeH {
-			return nil, fieldErr("screenshot_size", nil, fmt.Sprintf(
+			return nil, actions.Invalid("screenshot_size", nil, fmt.Sprintf(
 				"%dx%d does not fit the %dx%d display; screenshots can be at most the native size",
 				size.Width, size.Height, nativeW, nativeH))
 		}
 		s.sw, s.sh = size.Width, size.Height
 	default:
-		return nil, fieldErr("screenshot_size", nil, fmt.Sprintf("unknown mode %q", size.Mode))
+		return nil, actions.Invalid("screenshot_size", nil, fmt.Sprintf("unknown mode %q", size.Mode))
 	}
 	return s, nil
 }
@@ -169,7 +171,7 @@ func (s *Scaler) Scaled() bool { return s.sw != s.nw || s.sh != s.nh }
 // naming the coordinate and the bounds; it is never clamped.
 func (s *Scaler) ToNative(x, y int) (nx, ny int, err error) {
 	if x < 0 || y < 0 || x >= s.sw || y >= s.sh {
-		return 0, 0, fieldErr("coordinate", ErrOutOfBounds, fmt.Sprintf(
+		return 0, 0, actions.Invalid("coordinate", actions.ErrOutOfBounds, fmt.Sprintf(
 			"[%d, %d] is outside the %dx%d screenshot (x must be 0 to %d, y 0 to %d)",
 			x, y, s.sw, s.sh, s.sw-1, s.sh-1))
 	}
@@ -200,7 +202,7 @@ func mapCentre(v, from, to int) int {
 func (s *Scaler) RegionToNative(region [4]int) (image.Rectangle, error) {
 	x0, y0, x1, y1 := region[0], region[1], region[2], region[3]
 	if x0 < 0 || y0 < 0 || x1 > s.sw || y1 > s.sh || x0 >= x1 || y0 >= y1 {
-		return image.Rectangle{}, fieldErr("region", ErrOutOfBounds, fmt.Sprintf(
+		return image.Rectangle{}, actions.Invalid("region", actions.ErrOutOfBounds, fmt.Sprintf(
 			"[%d, %d, %d, %d] is not inside the %dx%d screenshot (need 0 <= x0 < x1 <= %d and 0 <= y0 < y1 <= %d)",
 			x0, y0, x1, y1, s.sw, s.sh, s.sw, s.sh))
 	}
@@ -272,7 +274,7 @@ func (s *Scaler) Zoom(img *image.RGBA, region [4]int, width, height int) (*image
 	}
 	r = r.Add(img.Rect.Min).Intersect(img.Rect)
 	if r.Empty() {
-		return nil, fieldErr("region", ErrOutOfBounds, "region is outside the framebuffer")
+		return nil, actions.Invalid("region", actions.ErrOutOfBounds, "region is outside the framebuffer")
 	}
 	crop := img.SubImage(r).(*image.RGBA)
 	w, h := s.ZoomSize(r.Dx(), r.Dy(), width, height)

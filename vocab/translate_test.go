@@ -1,13 +1,15 @@
-package actions
+package vocab
 
 import (
-	"encoding/json"
 	"errors"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 func TestTranslateOpenAI(t *testing.T) {
@@ -81,8 +83,8 @@ func TestTranslateOpenAI(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := TranslateOpenAI([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fieldOf(err), c.field)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fielderr.Field(err), c.field)
 		}
 	}
 }
@@ -143,107 +145,8 @@ func TestTranslateOSWorld(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, _, err := TranslateOSWorld([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fieldOf(err), c.field)
-		}
-	}
-}
-
-func TestNeutralJSONRoundTrip(t *testing.T) {
-	acts := []Action{
-		Move{To: Point{10, 20}},
-		MoveBy{DX: -5, DY: 20},
-		ButtonDown{Button: ButtonLeft},
-		ButtonUp{Button: ButtonLeft, At: pt(30, 40)},
-		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("ctrl")},
-		Drag{From: pt(10, 20), Via: []Point{{50, 20}}, To: Point{90, 60}, Button: ButtonLeft, Modifiers: MustKeys("shift")},
-		Scroll{At: pt(500, 400), Direction: ScrollDown, Amount: 3, Modifiers: MustKeys("ctrl")},
-		KeyPress{Keys: MustKeys("ctrl", "shift", "t")},
-		KeyDown{Keys: MustKeys("shift")},
-		KeyUp{Keys: MustKeys("shift")},
-		HoldKey{Keys: MustKeys("shift"), Duration: 1500 * time.Millisecond},
-		TypeText{Text: "Hello, World!\n"},
-		Wait{Duration: 500 * time.Millisecond},
-		Screenshot{},
-		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
-		CursorPosition{},
-		ClipboardGet{},
-		ClipboardSet{Text: "Grüße, 日本語"},
-	}
-	b, err := json.Marshal(acts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := DecodeActions(b)
-	if err != nil {
-		t.Fatalf("DecodeActions(%s): %v", b, err)
-	}
-	if !reflect.DeepEqual(acts, back) {
-		t.Errorf("round trip:\n%#v\n%#v", acts, back)
-	}
-	if len(acts) != len(Kinds) {
-		t.Errorf("the round trip covers %d kinds of %d", len(acts), len(Kinds))
-	}
-	// The documented examples, as a client sends them: every kind parses
-	// into its own type with its fields.
-	got, err := DecodeActions([]byte(`[
-		{"kind":"click","x":10,"y":20,"count":2},
-		{"kind":"click","x":10,"y":20,"button":"left","count":2,"modifiers":["ctrl"]},
-		{"kind":"key","keys":["ctrl+shift+t"]},
-		{"kind":"hold_key","keys":["shift"],"duration_ms":1500},
-		{"kind":"zoom","region":[0,0,400,300],"width":800}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []Action{
-		Click{At: pt(10, 20), Count: 2},
-		Click{At: pt(10, 20), Button: ButtonLeft, Count: 2, Modifiers: MustKeys("Control_L")},
-		KeyPress{Keys: MustKeys("Control_L", "Shift_L", "t")},
-		HoldKey{Keys: MustKeys("Shift_L"), Duration: 1500 * time.Millisecond},
-		Zoom{Region: [4]int{0, 0, 400, 300}, Width: 800},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("examples:\n got %#v\nwant %#v", got, want)
-	}
-}
-
-func TestDecodeActionsErrors(t *testing.T) {
-	cases := []struct{ in, field, contains string }{
-		{`[{"kind":"click","x":1}]`, "actions[0].y", "together"},
-		{`[{"kind":"move"}]`, "actions[0].x", "needs x and y"},
-		{`[{"kind":"click","x":1,"y":2,"colour":"red"}]`, "actions[0].colour", "unknown field"},
-		{`[{"kind":"click","x":"1","y":2}]`, "actions[0].x", "integer"},
-		{`[{"kind":"click","x":1.5,"y":2}]`, "actions[0].x", "integer"},
-		{`[{"kind":"click","count":4}]`, "actions[0].count", "1 to 3"},
-		{`[{"kind":"click","button":"thumb"}]`, "actions[0].button", "left, middle, right"},
-		{`[{"kind":"click","text":"a"}]`, "actions[0].text", "not used by click"},
-		{`[{"kind":"click","modifiers":["a"]}]`, "actions[0].modifiers", "not a modifier"},
-		{`[{"kind":"scroll","direction":"in","amount":1}]`, "actions[0].direction", "up, down"},
-		{`[{"kind":"scroll","direction":"up"}]`, "actions[0].amount", "1 to 100"},
-		{`[{"kind":"key"}]`, "actions[0].keys", "at least one key"},
-		{`[{"kind":"key","keys":["ctrl+foo"]}]`, "actions[0].keys", "unknown key"},
-		{`[{"kind":"key","keys":["a","b","c","d","e","f","g","h","i"]}]`, "actions[0].keys", "at most 8"},
-		{`[{"kind":"hold_key","keys":["a"]}]`, "actions[0].duration_ms", "1 to 100000"},
-		{`[{"kind":"wait","duration_ms":100001}]`, "actions[0].duration_ms", "1 to 100000"},
-		{`[{"kind":"type","text":""}]`, "actions[0].text", "non-empty"},
-		{`[{"kind":"type","text":"é\u0000"}]`, "actions[0].text", "U+0000"},
-		{`[{"kind":"zoom","region":[0,0,1]}]`, "actions[0].region", "4 integers"},
-		{`[{"kind":"zoom","region":[0,0,1,1],"width":5000}]`, "actions[0].width", "1 to 4096"},
-		{`[{"kind":"drag","x":1,"y":1,"from":{"x":-1,"y":0}}]`, "actions[0].from.x", "non-negative"},
-		{`[{"kind":"screenshot","x":1,"y":1}]`, "actions[0].x", "not used by screenshot"},
-		{`[{"kind":"teleport"}]`, "actions[0].kind", "kinds are"},
-		{`[{}]`, "actions[0].kind", "kinds are"},
-		{`[{"kind":"move","x":1,"y":1},{"kind":"move","x":-5,"y":1}]`, "actions[1].x", "non-negative"},
-		{`{"kind":"move","x":1}`, "actions[0].y", "together"},
-		{`"move"`, "actions", "JSON array"},
-		{`[{"kind":"type","text":"` + strings.Repeat("a", MaxTextRunes+1) + `"}]`, "actions[0].text", "at most 4096"},
-		{`[{"kind":"zoom","region":[0,0,1,1],"width":4096,"height":4096}]`, "actions[0].width", "pixels"},
-		{`[` + strings.Repeat(`{"kind":"screenshot"},`, MaxActions) + `{"kind":"screenshot"}]`, "actions", "at most 100 actions"},
-	}
-	for _, c := range cases {
-		_, err := DecodeActions([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field || !strings.Contains(err.Error(), c.contains) {
-			t.Errorf("%s: err %v (field %q), want field %q containing %q", c.in, err, fieldOf(err), c.field, c.contains)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fielderr.Field(err), c.field)
 		}
 	}
 }
@@ -251,42 +154,42 @@ func TestDecodeActionsErrors(t *testing.T) {
 // TestLimitsNameFieldAndLimit: every cap is refused with a FieldError that
 // carries the field and the limit, so an agent can split its request.
 func TestLimitsNameFieldAndLimit(t *testing.T) {
-	many := make([]Action, MaxActions+1)
+	many := make([]actions.Action, actions.MaxActions+1)
 	for i := range many {
-		many[i] = Screenshot{}
+		many[i] = actions.Screenshot{}
 	}
-	e, err := NewExecutor(newFake(100, 80), ExecutorConfig{})
+	e, err := player.NewExecutor(newFake(100, 80), player.ExecutorConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, runErr := e.Run(t.Context(), many, noShot)
-	_, claudeErr := TranslateClaude(Computer20251124, []byte(`{"action":"key","text":"`+strings.Repeat("a ", MaxTextRunes)+`"}`))
+	_, claudeErr := TranslateClaude(Computer20251124, []byte(`{"action":"key","text":"`+strings.Repeat("a ", actions.MaxTextRunes)+`"}`))
 	for _, c := range []struct {
 		name  string
 		err   error
 		field string
 		limit int
 	}{
-		{"run count", runErr, "actions", MaxActions},
-		{"claude key text", claudeErr, "text", MaxTextRunes},
-		{"type text", TypeText{Text: strings.Repeat("x", MaxTextRunes+1)}.Validate(), "text", MaxTextRunes},
-		{"zoom area", Zoom{Region: [4]int{0, 0, 1, 1}, Width: 4096, Height: 2048}.Validate(), "width", MaxZoomPixels},
-		{"drag via", Drag{Via: make([]Point, MaxDragVia+1)}.Validate(), "via", MaxDragVia},
+		{"run count", runErr, "actions", actions.MaxActions},
+		{"claude key text", claudeErr, "text", actions.MaxTextRunes},
+		{"type text", actions.TypeText{Text: strings.Repeat("x", actions.MaxTextRunes+1)}.Validate(), "text", actions.MaxTextRunes},
+		{"zoom area", actions.Zoom{Region: [4]int{0, 0, 1, 1}, Width: 4096, Height: 2048}.Validate(), "width", actions.MaxZoomPixels},
+		{"drag via", actions.Drag{Via: make([]actions.Point, actions.MaxDragVia+1)}.Validate(), "via", actions.MaxDragVia},
 	} {
-		fe, ok := errors.AsType[*FieldError](c.err)
-		if !ok || fe.Field != c.field || fe.Limit != c.limit || !errors.Is(c.err, ErrTooLarge) || !errors.Is(c.err, ErrInvalid) {
+		fe, ok := errors.AsType[*actions.FieldError](c.err)
+		if !ok || fe.Path.String() != c.field || fe.Limit != c.limit || !errors.Is(c.err, actions.ErrTooLarge) || !errors.Is(c.err, actions.ErrInvalid) {
 			t.Errorf("%s: %v, want field %s limit %d", c.name, c.err, c.field, c.limit)
 		}
 	}
-	if err := (TypeText{Text: strings.Repeat("é", 10)}).Validate(); errors.Is(err, ErrTooLarge) {
+	if err := (actions.TypeText{Text: strings.Repeat("é", 10)}).Validate(); errors.Is(err, actions.ErrTooLarge) {
 		t.Errorf("text is counted in bytes, not runes: %v", err)
 	}
 	// A zoom whose derived side makes it huge is refused when planned: a
 	// 1-pixel-wide strip the full height, asked 4096 wide.
 	f := newFake(1920, 1080)
-	e, _ = NewExecutor(f, ExecutorConfig{})
-	_, err = e.Run(t.Context(), []Action{Zoom{Region: [4]int{0, 0, 1, 1080}, Width: 4096}}, noShot)
-	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Field != "actions[0].width" || fe.Limit != MaxZoomPixels {
+	e, _ = player.NewExecutor(f, player.ExecutorConfig{})
+	_, err = e.Run(t.Context(), []actions.Action{actions.Zoom{Region: [4]int{0, 0, 1, 1080}, Width: 4096}}, noShot)
+	if fe, ok := errors.AsType[*actions.FieldError](err); !ok || fe.Path.String() != "actions[0].width" || fe.Limit != actions.MaxZoomPixels {
 		t.Errorf("derived zoom: %v", err)
 	}
 }
@@ -297,17 +200,43 @@ func TestAcceptedValues(t *testing.T) {
 		err  error
 		want string
 	}{
-		{func() error { _, err := DecodeActions([]byte(`[{"kind":"fly"}]`)); return err }(), "cursor_position"},
-		{Click{Button: "thumb"}.Validate(), "forward"},
-		{Scroll{Direction: "in", Amount: 1}.Validate(), "right"},
+		{func() error { _, err := actions.DecodeActions([]byte(`[{"kind":"fly"}]`)); return err }(), "cursor_position"},
+		{actions.Click{Button: "thumb"}.Validate(), "forward"},
+		{actions.Scroll{Direction: "in", Amount: 1}.Validate(), "right"},
 		{func() error { _, err := TranslateClaude(Computer20250124, []byte(`{"action":"zoom"}`)); return err }(), "triple_click"},
 		{func() error { _, err := TranslateOpenAI([]byte(`{"type":"fly"}`)); return err }(), "keypress"},
 		{func() error { _, _, err := TranslateOSWorld([]byte(`{"action_type":"FLY"}`)); return err }(), "HOTKEY"},
-		{RunOptions{Screenshot: "sometimes"}.Validate(), "never"},
+		{player.RunOptions{Screenshot: "sometimes"}.Validate(), "never"},
 	} {
-		fe, ok := errors.AsType[*FieldError](c.err)
+		fe, ok := errors.AsType[*actions.FieldError](c.err)
 		if !ok || !slices.Contains(fe.Accepted, c.want) {
 			t.Errorf("%v: accepted values lack %q", c.err, c.want)
 		}
+	}
+}
+
+// TestSpecsCoverVocabularies: every action a vocabulary lists has a spec
+// that translates it, and no spec is unreachable.
+func TestSpecsCoverVocabularies(t *testing.T) {
+	for _, v := range append(slices.Clone(ClaudeVersions), ComputerToolset20260801) {
+		for _, a := range v.Actions() {
+			if s, ok := claudeSpecs[a]; !ok || s.translate == nil {
+				t.Errorf("%s action %s has no translation", v, a)
+			}
+		}
+	}
+	for a := range claudeSpecs {
+		if !slices.Contains(Computer20251124.Actions(), a) {
+			t.Errorf("claude spec %s is in no version", a)
+		}
+	}
+	for _, a := range osworldActions {
+		s, ok := osworldSpecs[a]
+		if !ok || (s.translate == nil) != (a == "DONE" || a == "FAIL") {
+			t.Errorf("computer_13 action %s has no translation", a)
+		}
+	}
+	if len(osworldSpecs) != len(osworldActions) {
+		t.Errorf("%d computer_13 specs for %d actions", len(osworldSpecs), len(osworldActions))
 	}
 }

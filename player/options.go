@@ -1,8 +1,11 @@
-package actions
+package player
 
 import (
 	"fmt"
+	"image"
 	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // Settle defaults: after the actions of a request the executor waits for the
@@ -68,20 +71,20 @@ type RunOptions struct {
 // Validate checks the options.
 func (o RunOptions) Validate() error {
 	if o.SettleQuietMS < 0 || o.SettleQuietMS > 10000 {
-		return fieldErr("settle_quiet_ms", nil, fmt.Sprintf("must be 1 to 10000 (0 means %d), got %d",
+		return actions.Invalid("settle_quiet_ms", nil, fmt.Sprintf("must be 1 to 10000 (0 means %d), got %d",
 			DefaultSettleQuiet.Milliseconds(), o.SettleQuietMS))
 	}
 	if o.SettleMaxMS < 0 || o.SettleMaxMS > 60000 {
-		return fieldErr("settle_max_ms", nil, fmt.Sprintf("must be 1 to 60000 (0 means %d), got %d",
+		return actions.Invalid("settle_max_ms", nil, fmt.Sprintf("must be 1 to 60000 (0 means %d), got %d",
 			DefaultSettleMax.Milliseconds(), o.SettleMaxMS))
 	}
 	if q, m := o.quiet(), o.max(); q > m {
-		return fieldErr("settle_max_ms", nil, fmt.Sprintf("%d ms is shorter than the quiet time %d ms", m.Milliseconds(), q.Milliseconds()))
+		return actions.Invalid("settle_max_ms", nil, fmt.Sprintf("%d ms is shorter than the quiet time %d ms", m.Milliseconds(), q.Milliseconds()))
 	}
 	switch o.Screenshot {
 	case "", ScreenshotAuto, ScreenshotAlways, ScreenshotNever:
 	default:
-		return oneOfErr("screenshot", nil, []string{"auto", "always", "never"},
+		return actions.OneOf("screenshot", nil, []string{"auto", "always", "never"},
 			fmt.Sprintf("must be auto, always or never, got %q", o.Screenshot))
 	}
 	return o.encodeOptions().Validate()
@@ -101,7 +104,8 @@ func (o RunOptions) max() time.Duration {
 	return time.Duration(o.SettleMaxMS) * time.Millisecond
 }
 
-func (o RunOptions) policy() ScreenshotPolicy {
+// Policy returns the screenshot policy, auto when unset.
+func (o RunOptions) Policy() ScreenshotPolicy {
 	if o.Screenshot == "" {
 		return ScreenshotAuto
 	}
@@ -112,16 +116,16 @@ func (o RunOptions) encodeOptions() EncodeOptions {
 	return EncodeOptions{Format: o.Format, Quality: o.JPEGQuality}
 }
 
-// Result is what a Run returns: text and/or one image (see ClaudeContent for
+// Result is what a Run returns: text and/or one image (see vocab.ClaudeContent for
 // its shape as a Claude tool_result).
 type Result struct {
 	// Text holds the output of cursor_position actions ("X=12,Y=34"), one
-	// line each: Claude's tool_result text.
+	// line each, as Claude's tool reports it.
 	Text string `json:"text,omitempty"`
-	// Cursor is where the last cursor_position action found the pointer,
-	// in screenshot coordinates; nil when none ran. Code reads this, never
-	// Text.
-	Cursor *Point `json:"cursor,omitempty"`
+	// Cursor is where the last cursor_position action found the pointer, in
+	// screenshot coordinates; nil when the run had none. Callers read it
+	// rather than parsing Text.
+	Cursor *image.Point `json:"-"`
 	// Image is the last image captured: a zoom, an explicit screenshot, or
 	// the screenshot the policy takes after the actions. Screenshots are at
 	// the session's screenshot size.

@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"context"
@@ -7,8 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // The computer_call items below are constructed, not captured: written by
@@ -80,8 +85,8 @@ func TestOpenAICallErrors(t *testing.T) {
 		{`{"type":"computer_call","call_id":"c","actions":[{"type":"teleport"}]}`, "actions[0].type"},
 	} {
 		_, err := TranslateOpenAICall([]byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fieldOf(err), c.field)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s: err %v (field %q), want field %q", c.in, err, fielderr.Field(err), c.field)
 		}
 	}
 	_, err := TranslateOpenAICall([]byte(`{"type":"computer_call","call_id":"c","action":{"type":"keypress","keys":["HYPER"]}}`))
@@ -124,7 +129,7 @@ func TestOpenAIOutputDecodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := c.Run(context.Background(), e, RunOptions{}, ReplyOptions{AcknowledgeSafetyChecks: ack})
+		rep, err := c.Run(context.Background(), e, player.RunOptions{}, ReplyOptions{AcknowledgeSafetyChecks: ack})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +159,7 @@ func TestOpenAIOutputDecodes(t *testing.T) {
 // by its place in the item, not the executor's list.
 func TestOpenAIErrorsNameItemFields(t *testing.T) {
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	item := `{"type":"computer_call","call_id":"c","actions":[
 		{"type":"move","x":1,"y":1,"keys":["SHIFT"]},
 		{"type":"drag","path":[{"x":1,"y":1},{"x":500,"y":1},{"x":2,"y":2}]}]}`
@@ -162,26 +167,26 @@ func TestOpenAIErrorsNameItemFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Run(context.Background(), e, RunOptions{}, ReplyOptions{})
-	if !errors.Is(err, ErrOutOfBounds) || fieldOf(err) != "actions[1].path[1]" {
-		t.Errorf("err %v (field %q)", err, fieldOf(err))
+	_, err = c.Run(context.Background(), e, player.RunOptions{}, ReplyOptions{})
+	if !errors.Is(err, actions.ErrOutOfBounds) || fielderr.Field(err) != "actions[1].path[1]" {
+		t.Errorf("err %v (field %q)", err, fielderr.Field(err))
 	}
 }
 
-func decodeRun(t *testing.T, e *Executor, tool, input string, ro ReplyOptions) (Reply, error) {
+func decodeRun(t *testing.T, e *player.Executor, tool, input string, ro ReplyOptions) (Reply, error) {
 	t.Helper()
 	c, err := Decode(tool, json.RawMessage(input))
 	if err != nil {
 		return Reply{}, err
 	}
-	return c.Run(context.Background(), e, RunOptions{}, ro)
+	return c.Run(context.Background(), e, player.RunOptions{}, ro)
 }
 
 // TestClaudeErrorsInAgentFields: errors found while running name the
 // input's fields, and with errors_as_results come back as a tool_result.
 func TestClaudeErrorsInAgentFields(t *testing.T) {
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	for _, c := range []struct{ in, field string }{
 		{`{"action":"left_click","coordinate":[400,10]}`, "coordinate"},
 		{`{"action":"left_click_drag","start_coordinate":[1,900],"coordinate":[1,1]}`, "start_coordinate"},
@@ -190,8 +195,8 @@ func TestClaudeErrorsInAgentFields(t *testing.T) {
 		{`{"action":"type","text":"naïve"}`, "text"},
 	} {
 		_, err := decodeRun(t, e, string(Computer20251124), c.in, ReplyOptions{})
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s: err %v (field %q), want %q", c.in, err, fieldOf(err), c.field)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s: err %v (field %q), want %q", c.in, err, fielderr.Field(err), c.field)
 		}
 		rep, err := decodeRun(t, e, string(Computer20251124), c.in, ReplyOptions{ErrorsAsResults: true, ToolUseID: "toolu_9"})
 		if err != nil || rep.Claude == nil {
@@ -209,11 +214,11 @@ func TestClaudeErrorsInAgentFields(t *testing.T) {
 		}
 	}
 	_, err := Decode("computer_20990101", json.RawMessage(`{"action":"screenshot"}`))
-	if fieldOf(err) != "tool" {
+	if fielderr.Field(err) != "tool" {
 		t.Errorf("unknown tool: %v", err)
 	}
 	_, err = TranslateClaude("computer_20990101", []byte(`{"action":"screenshot"}`))
-	if fieldOf(err) != "tool" || !strings.Contains(err.Error(), "computer_20251124") {
+	if fielderr.Field(err) != "tool" || !strings.Contains(err.Error(), "computer_20251124") {
 		t.Errorf("unknown version: %v", err)
 	}
 	rep, err := decodeRun(t, e, string(Computer20250124), `{"action":"left_click","coordinate":[3,4]}`, ReplyOptions{ToolUseID: "toolu_1"})
@@ -245,13 +250,13 @@ type toolResult struct {
 	} `json:"content"`
 }
 
-func runToolsetJSON(t *testing.T, e *Executor, turn string) []toolResult {
+func runToolsetJSON(t *testing.T, e *player.Executor, turn string) []toolResult {
 	t.Helper()
 	c, err := Decode(string(ComputerToolset20260801), json.RawMessage(turn))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := c.Run(context.Background(), e, RunOptions{}, ReplyOptions{})
+	rep, err := c.Run(context.Background(), e, player.RunOptions{}, ReplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +278,7 @@ func runToolsetJSON(t *testing.T, e *Executor, turn string) []toolResult {
 
 func TestToolsetTurn(t *testing.T) {
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	out := runToolsetJSON(t, e, toolsetTurn)
 	if len(out) != 4 {
 		t.Fatalf("%d results", len(out))
@@ -288,13 +293,13 @@ func TestToolsetTurn(t *testing.T) {
 	}
 	// ctrl held for the click, ctrl+s twice, shift held for the drag.
 	var saves int
-	for _, ev := range f.events {
+	for _, ev := range f.Events {
 		if ev == "key s down" {
 			saves++
 		}
 	}
-	if saves != 2 || len(presses(f.events, maskLeft)) != 2 || len(f.stuck()) != 0 {
-		t.Errorf("guest received %v", f.events)
+	if saves != 2 || len(presses(f.Events, maskLeft)) != 2 || len(f.Stuck()) != 0 {
+		t.Errorf("guest received %v", f.Events)
 	}
 }
 
@@ -302,7 +307,7 @@ func TestToolsetTurn(t *testing.T) {
 // its error in its own fields; the blocks after it are not run.
 func TestToolsetFailureStopsTheTurn(t *testing.T) {
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	turn := `[
 		{"type":"tool_use","id":"a","name":"mouse_move","toolset_name":"computer","input":{"coordinate":[5,5]}},
 		{"type":"tool_use","id":"b","name":"left_click","toolset_name":"computer","input":{"coordinate":[999,5]}},
@@ -317,10 +322,10 @@ func TestToolsetFailureStopsTheTurn(t *testing.T) {
 			t.Errorf("after the failure: %+v", r)
 		}
 	}
-	checkEvents(t, f.events, "ptr 5,5 0x00")
+	checkEvents(t, f.Events, "ptr 5,5 0x00")
 
 	// A bad block (unknown member, bad field) fails the same way.
-	f.events = nil
+	f.Events = nil
 	out = runToolsetJSON(t, e, `[
 		{"type":"tool_use","id":"a","name":"teleport","toolset_name":"computer","input":{}},
 		{"type":"tool_use","id":"b","name":"screenshot","toolset_name":"computer","input":{}}]`)
@@ -361,8 +366,8 @@ func TestTranslateToolset(t *testing.T) {
 		{"fly", `{}`, "name"},
 	} {
 		_, err := TranslateToolset(c.name, []byte(c.in))
-		if !errors.Is(err, ErrInvalid) || fieldOf(err) != c.field {
-			t.Errorf("%s %s: err %v (field %q), want %q", c.name, c.in, err, fieldOf(err), c.field)
+		if !errors.Is(err, actions.ErrInvalid) || fielderr.Field(err) != c.field {
+			t.Errorf("%s %s: err %v (field %q), want %q", c.name, c.in, err, fielderr.Field(err), c.field)
 		}
 	}
 }
@@ -393,7 +398,7 @@ func TestDecodeDispatch(t *testing.T) {
 	if err != nil || len(call.Toolset) != 4 || call.Toolset[1].Name != "key" {
 		t.Errorf("toolset: %v", err)
 	}
-	if _, err := Decode(string(ComputerToolset20260801), json.RawMessage(`[{"type":"tool_use","name":"key"}]`)); fieldOf(err) != "input[0].id" {
+	if _, err := Decode(string(ComputerToolset20260801), json.RawMessage(`[{"type":"tool_use","name":"key"}]`)); fielderr.Field(err) != "input[0].id" {
 		t.Errorf("toolset block without id: %v", err)
 	}
 	// The assistant message's content can be passed whole.
@@ -402,14 +407,14 @@ func TestDecodeDispatch(t *testing.T) {
 	if err != nil || len(call.Toolset) != 1 || call.Toolset[0].ID != "t1" {
 		t.Errorf("content with a text block: %v", err)
 	}
-	if _, err := Decode("gemini", json.RawMessage(`{}`)); fieldOf(err) != "tool" {
+	if _, err := Decode("gemini", json.RawMessage(`{}`)); fielderr.Field(err) != "tool" {
 		t.Errorf("unknown tool: %v", err)
 	}
 	// OSWorld's sideways scroll without a guest path names its own field.
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	_, err = decodeRun(t, e, ToolOSWorld, `{"action_type":"SCROLL","parameters":{"dx":2,"dy":0}}`, ReplyOptions{})
-	if fieldOf(err) != "parameters.dx" {
+	if fielderr.Field(err) != "parameters.dx" {
 		t.Errorf("osworld hscroll: %v", err)
 	}
 }
@@ -418,18 +423,18 @@ func TestDecodeDispatch(t *testing.T) {
 // agent's action, not the executor's index.
 func TestPlayFailuresNameAgentActions(t *testing.T) {
 	f := newFake(320, 200)
-	e := newTestExecutor(t, f, ScreenshotSize{})
+	e := newTestExecutor(t, f, player.ScreenshotSize{})
 	item := `{"type":"computer_call","call_id":"c","actions":[
 		{"type":"move","x":1,"y":1,"keys":["SHIFT"]},
 		{"type":"click","x":2,"y":2,"button":"left"}]}`
-	f.failAt = 5 // shift down, move, shift up, then the click's move and press
+	f.FailAt = 5 // shift down, move, shift up, then the click's move and press
 	_, err := decodeRun(t, e, ToolOpenAI, item, ReplyOptions{})
-	if !errors.Is(err, ErrDisplay) || !strings.HasPrefix(err.Error(), "actions[1] (click): ") {
+	if !errors.Is(err, actions.ErrDisplay) || !strings.HasPrefix(err.Error(), "actions[1] (click): ") {
 		t.Errorf("openai: %v", err)
 	}
-	f.failAt, f.n = 1, 0
+	f.FailAt, f.N = 1, 0
 	_, err = decodeRun(t, e, string(Computer20251124), `{"action":"left_click","coordinate":[3,3]}`, ReplyOptions{})
-	if !errors.Is(err, ErrDisplay) || !strings.HasPrefix(err.Error(), "computer_20251124 left_click: ") {
+	if !errors.Is(err, actions.ErrDisplay) || !strings.HasPrefix(err.Error(), "computer_20251124 left_click: ") {
 		t.Errorf("claude: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package actions
+package player
 
 import (
 	"context"
@@ -7,50 +7,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player/playertest"
 )
 
-// fakeGuest is a GuestInput that records what it is asked into the fake
-// display's event list, so tests see the order of display and guest input
-// as the guest would.
-type fakeGuest struct {
-	f         *fakeDisplay
-	clipboard string
-	fail      error
-}
-
-func (g *fakeGuest) TypeText(ctx context.Context, text string) error {
-	if g.fail != nil {
-		return g.fail
-	}
-	return g.f.event("guest type " + text)
-}
-
-func (g *fakeGuest) Button(ctx context.Context, button, x, y, count int) error {
-	if g.fail != nil {
-		return g.fail
-	}
-	return g.f.event(fmt.Sprintf("guest button %d %d,%d x%d", button, x, y, count))
-}
-
-func (g *fakeGuest) ClipboardGet(ctx context.Context) (string, error) { return g.clipboard, g.fail }
-func (g *fakeGuest) ClipboardSet(ctx context.Context, text string) error {
-	if g.fail != nil {
-		return g.fail
-	}
-	g.clipboard = text
-	return nil
-}
+type fakeGuest = playertest.Guest
 
 func newGuestExecutor(t *testing.T, f *fakeDisplay) (*Executor, *fakeGuest) {
 	t.Helper()
-	g := &fakeGuest{f: f}
-	e, err := NewExecutor(f, ExecutorConfig{Guest: g})
+	g := &fakeGuest{F: f}
+	e, err := NewExecutor(f, ExecutorConfig{Guest: g, Sleep: f.Sleep})
 	if err != nil {
 		t.Fatal(err)
-	}
-	e.pace.sleep = func(ctx context.Context, d time.Duration) error {
-		f.now += max(d, 0)
-		return ctx.Err()
 	}
 	return e, g
 }
@@ -62,14 +33,14 @@ func TestTypeUnicodeThroughGuest(t *testing.T) {
 	f := newFake(100, 80)
 	e, _ := newGuestExecutor(t, f)
 	text := "Grüße, café — naïve ✓ 日本語 😀\n"
-	run(t, e, noShot, TypeText{Text: "ab"}, TypeText{Text: text}, TypeText{Text: "c"})
-	checkEvents(t, f.events,
+	run(t, e, noShot, actions.TypeText{Text: "ab"}, actions.TypeText{Text: text}, actions.TypeText{Text: "c"})
+	checkEvents(t, f.Events,
 		"key a down", "key a up", "key b down", "key b up",
 		"guest type "+text,
 		"key c down", "key c up")
 	// The switch between the display's keyboard and the guest waits the
 	// device gap both ways, so the guest does not overtake queued keys.
-	if gap := f.at[4] - f.at[3]; gap < DefaultPacing.DeviceGap {
+	if gap := f.At[4] - f.At[3]; gap < DefaultPacing.DeviceGap {
 		t.Errorf("guest typed %v after the last display key; want at least %v", gap, DefaultPacing.DeviceGap)
 	}
 }
@@ -79,13 +50,13 @@ func TestTypeUnicodeThroughGuest(t *testing.T) {
 func TestTypeUnicodeWithoutGuest(t *testing.T) {
 	f := newFake(100, 80)
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	_, err := e.Run(context.Background(), []Action{TypeText{Text: "ok"}, TypeText{Text: "naïve"}}, noShot)
-	if !errors.Is(err, ErrUntypable) || fieldOf(err) != "actions[1].text" ||
+	_, err := e.Run(context.Background(), []actions.Action{actions.TypeText{Text: "ok"}, actions.TypeText{Text: "naïve"}}, noShot)
+	if !errors.Is(err, actions.ErrUntypable) || fielderr.Field(err) != "actions[1].text" ||
 		!strings.Contains(err.Error(), "U+00EF") || !strings.Contains(err.Error(), "guest input path") {
-		t.Fatalf("err %v (field %q)", err, fieldOf(err))
+		t.Fatalf("err %v (field %q)", err, fielderr.Field(err))
 	}
-	if len(f.events) != 0 {
-		t.Errorf("sent %v", f.events)
+	if len(f.Events) != 0 {
+		t.Errorf("sent %v", f.Events)
 	}
 }
 
@@ -93,11 +64,11 @@ func TestTypeUnicodeWithoutGuest(t *testing.T) {
 // modifiers go down, the guest clicks button 6/7 amount times there, and the
 // modifiers come up after it.
 func TestHorizontalScrollThroughGuest(t *testing.T) {
-	for dir, button := range map[Direction]int{ScrollLeft: 6, ScrollRight: 7} {
+	for dir, button := range map[actions.Direction]int{actions.ScrollLeft: 6, actions.ScrollRight: 7} {
 		f := newFake(100, 80)
 		e, _ := newGuestExecutor(t, f)
-		run(t, e, noShot, Scroll{At: pt(7, 8), Direction: dir, Amount: 3, Modifiers: MustKeys("ctrl")})
-		checkEvents(t, f.events,
+		run(t, e, noShot, actions.Scroll{At: pt(7, 8), Direction: dir, Amount: 3, Modifiers: actions.MustKeys("ctrl")})
+		checkEvents(t, f.Events,
 			"ptr 7,8 0x00", "key Control_L down",
 			fmt.Sprintf("guest button %d 7,8 x3", button),
 			"key Control_L up")
@@ -109,10 +80,10 @@ func TestHorizontalScrollThroughGuest(t *testing.T) {
 func TestBackForwardThroughGuest(t *testing.T) {
 	f := newFake(100, 80)
 	e, _ := newGuestExecutor(t, f)
-	run(t, e, noShot, Click{At: pt(5, 6), Button: ButtonBack}, Click{At: pt(9, 9), Button: ButtonForward, Count: 2})
-	checkEvents(t, f.events, "ptr 5,6 0x00", "guest button 8 5,6 x1", "ptr 9,9 0x00", "guest button 9 9,9 x2")
-	if _, err := e.Run(context.Background(), []Action{ButtonDown{Button: ButtonBack}}, noShot); !errors.Is(err, ErrUnsupportedButton) ||
-		fieldOf(err) != "actions[0].button" {
+	run(t, e, noShot, actions.Click{At: pt(5, 6), Button: actions.ButtonBack}, actions.Click{At: pt(9, 9), Button: actions.ButtonForward, Count: 2})
+	checkEvents(t, f.Events, "ptr 5,6 0x00", "guest button 8 5,6 x1", "ptr 9,9 0x00", "guest button 9 9,9 x2")
+	if _, err := e.Run(context.Background(), []actions.Action{actions.ButtonDown{Button: actions.ButtonBack}}, noShot); !errors.Is(err, actions.ErrUnsupportedButton) ||
+		fielderr.Field(err) != "actions[0].button" {
 		t.Errorf("holding back: %v", err)
 	}
 }
@@ -122,39 +93,39 @@ func TestBackForwardThroughGuest(t *testing.T) {
 func TestGuestOnlyActionsWithoutGuest(t *testing.T) {
 	f := newFake(100, 80)
 	e := newTestExecutor(t, f, ScreenshotSize{})
-	mv := Move{To: Point{1, 1}}
+	mv := actions.Move{To: actions.Point{X: 1, Y: 1}}
 	for _, c := range []struct {
-		act   Action
+		act   actions.Action
 		field string
 		kind  error
 	}{
-		{Scroll{Direction: ScrollLeft, Amount: 1}, "actions[1].direction", ErrUnsupportedButton},
-		{Scroll{Direction: ScrollRight, Amount: 1}, "actions[1].direction", ErrUnsupportedButton},
-		{Click{Button: ButtonForward}, "actions[1].button", ErrUnsupportedButton},
-		{ClipboardGet{}, "actions[1].kind", ErrUnsupportedAction},
-		{ClipboardSet{Text: "x"}, "actions[1].kind", ErrUnsupportedAction},
+		{actions.Scroll{Direction: actions.ScrollLeft, Amount: 1}, "actions[1].direction", actions.ErrUnsupportedButton},
+		{actions.Scroll{Direction: actions.ScrollRight, Amount: 1}, "actions[1].direction", actions.ErrUnsupportedButton},
+		{actions.Click{Button: actions.ButtonForward}, "actions[1].button", actions.ErrUnsupportedButton},
+		{actions.ClipboardGet{}, "actions[1].kind", actions.ErrUnsupportedAction},
+		{actions.ClipboardSet{Text: "x"}, "actions[1].kind", actions.ErrUnsupportedAction},
 	} {
-		_, err := e.Run(context.Background(), []Action{mv, c.act}, noShot)
-		if !errors.Is(err, c.kind) || fieldOf(err) != c.field || !strings.Contains(err.Error(), "guest input path") {
-			t.Errorf("%#v: err %v (field %q), want %v on %s", c.act, err, fieldOf(err), c.kind, c.field)
+		_, err := e.Run(context.Background(), []actions.Action{mv, c.act}, noShot)
+		if !errors.Is(err, c.kind) || fielderr.Field(err) != c.field || !strings.Contains(err.Error(), "guest input path") {
+			t.Errorf("%#v: err %v (field %q), want %v on %s", c.act, err, fielderr.Field(err), c.kind, c.field)
 		}
 	}
-	if len(f.events) != 0 {
-		t.Errorf("sent %v", f.events)
+	if len(f.Events) != 0 {
+		t.Errorf("sent %v", f.Events)
 	}
 }
 
 func TestClipboard(t *testing.T) {
 	f := newFake(100, 80)
 	e, g := newGuestExecutor(t, f)
-	res := run(t, e, RunOptions{}, ClipboardSet{Text: "Grüße 日本"}, ClipboardGet{})
-	if res.Clipboard == nil || *res.Clipboard != "Grüße 日本" || g.clipboard != "Grüße 日本" {
-		t.Errorf("clipboard %v, guest holds %q", res.Clipboard, g.clipboard)
+	res := run(t, e, RunOptions{}, actions.ClipboardSet{Text: "Grüße 日本"}, actions.ClipboardGet{})
+	if res.Clipboard == nil || *res.Clipboard != "Grüße 日本" || g.Clipboard != "Grüße 日本" {
+		t.Errorf("clipboard %v, guest holds %q", res.Clipboard, g.Clipboard)
 	}
 	if res.Image != nil {
 		t.Error("clipboard_get last took a screenshot; it is an observation")
 	}
-	if _, err := DecodeActions([]byte(`[{"kind":"clipboard_set","text":"a","x":1}]`)); fieldOf(err) != "actions[0].x" {
+	if _, err := actions.DecodeActions([]byte(`[{"kind":"clipboard_set","text":"a","x":1}]`)); fielderr.Field(err) != "actions[0].x" {
 		t.Errorf("clipboard_set with x: %v", err)
 	}
 }
@@ -164,12 +135,12 @@ func TestClipboard(t *testing.T) {
 func TestGuestFailureReleases(t *testing.T) {
 	f := newFake(100, 80)
 	e, g := newGuestExecutor(t, f)
-	g.fail = errors.New("agent gone")
-	_, err := e.Run(context.Background(), []Action{Scroll{At: pt(1, 1), Direction: ScrollLeft, Amount: 1, Modifiers: MustKeys("shift")}}, noShot)
-	if !errors.Is(err, ErrGuest) || !strings.Contains(err.Error(), "agent gone") {
+	g.Fail = errors.New("agent gone")
+	_, err := e.Run(context.Background(), []actions.Action{actions.Scroll{At: pt(1, 1), Direction: actions.ScrollLeft, Amount: 1, Modifiers: actions.MustKeys("shift")}}, noShot)
+	if !errors.Is(err, actions.ErrGuest) || !strings.Contains(err.Error(), "agent gone") {
 		t.Fatalf("err %v", err)
 	}
-	if s := f.stuck(); len(s) != 0 {
+	if s := f.Stuck(); len(s) != 0 {
 		t.Errorf("left pressed %v", s)
 	}
 }
@@ -184,10 +155,10 @@ type screenTimeline struct {
 }
 
 func (s *screenTimeline) Settle(ctx context.Context, quiet, limit time.Duration) (time.Duration, error) {
-	start := s.now
+	start := s.Now
 	if limit < s.rtt {
 		// The round trip cannot complete in time: the contract's stale case.
-		s.now += limit
+		s.Now += limit
 		return limit, fmt.Errorf("no fresh update within %v: %w", limit, timeoutErr{})
 	}
 	t := start + s.rtt
@@ -205,7 +176,7 @@ func (s *screenTimeline) Settle(ctx context.Context, quiet, limit time.Duration)
 		t = next
 	}
 	t = min(t, start+limit)
-	s.now = t
+	s.Now = t
 	return t - start, nil
 }
 
@@ -218,7 +189,7 @@ type busyGuest struct {
 }
 
 func (g *busyGuest) CPUTime(ctx context.Context) (time.Duration, error) {
-	now := g.f.now
+	now := g.f.Now
 	cpu := time.Duration(float64(now) * g.idle)
 	for _, b := range g.busy {
 		if now > b[0] {
@@ -236,11 +207,11 @@ func newSettleExecutor(t *testing.T, s *screenTimeline, a GuestActivity) *Execut
 		t.Fatal(err)
 	}
 	e.pace.sleep = func(ctx context.Context, d time.Duration) error {
-		s.now += max(d, 0)
+		s.Now += max(d, 0)
 		return ctx.Err()
 	}
 	base := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	e.now = func() time.Time { return base.Add(s.now) }
+	e.now = func() time.Time { return base.Add(s.Now) }
 	return e
 }
 
@@ -258,21 +229,21 @@ func TestSettleWaitsForGuest(t *testing.T) {
 	window := 640 * time.Millisecond
 
 	s, _ := launch()
-	res := run(t, newSettleExecutor(t, s, nil), noShot, Click{At: pt(1, 1)})
-	if s.now >= window {
-		t.Fatalf("screen-only settle ended at %v, after the window; the scenario does not show the stale case", s.now)
+	res := run(t, newSettleExecutor(t, s, nil), noShot, actions.Click{At: pt(1, 1)})
+	if s.Now >= window {
+		t.Fatalf("screen-only settle ended at %v, after the window; the scenario does not show the stale case", s.Now)
 	}
 
 	s, g := launch()
-	res = run(t, newSettleExecutor(t, s, g), noShot, Click{At: pt(1, 1)})
-	if s.now < window+DefaultSettleQuiet {
-		t.Errorf("settled at %v, before the window painted at %v and stayed quiet %v", s.now, window, DefaultSettleQuiet)
+	res = run(t, newSettleExecutor(t, s, g), noShot, actions.Click{At: pt(1, 1)})
+	if s.Now < window+DefaultSettleQuiet {
+		t.Errorf("settled at %v, before the window painted at %v and stayed quiet %v", s.Now, window, DefaultSettleQuiet)
 	}
 	if res.SettleTimedOut || res.SettleGuestBusy == 0 {
 		t.Errorf("timed out %v, busy rounds %d", res.SettleTimedOut, res.SettleGuestBusy)
 	}
-	if s.now > 1200*time.Millisecond {
-		t.Errorf("settled at %v: far later than the guest went idle at 700ms", s.now)
+	if s.Now > 1200*time.Millisecond {
+		t.Errorf("settled at %v: far later than the guest went idle at 700ms", s.Now)
 	}
 }
 
@@ -287,11 +258,11 @@ func TestSettleIdleGuestCostsNothing(t *testing.T) {
 		if withActivity {
 			a = &busyGuest{f: s.fakeDisplay, idle: 0.03}
 		}
-		res := run(t, newSettleExecutor(t, s, a), noShot, Click{At: pt(1, 1)})
+		res := run(t, newSettleExecutor(t, s, a), noShot, actions.Click{At: pt(1, 1)})
 		if res.SettleGuestBusy != 0 || res.SettleTimedOut {
 			t.Errorf("activity %v: busy rounds %d, timed out %v", withActivity, res.SettleGuestBusy, res.SettleTimedOut)
 		}
-		ends[withActivity] = s.now
+		ends[withActivity] = s.Now
 	}
 	if ends[true] != ends[false] {
 		t.Errorf("idle guest settled at %v, screen alone at %v", ends[true], ends[false])
@@ -306,9 +277,9 @@ func TestSettleBusyGuestTimesOut(t *testing.T) {
 	g := &busyGuest{f: s.fakeDisplay, busy: [][2]time.Duration{{0, time.Hour}}}
 	opts := RunOptions{Screenshot: ScreenshotNever, SettleMaxMS: 1000}
 	e := newSettleExecutor(t, s, g)
-	start := s.now
-	res := run(t, e, opts, Click{At: pt(1, 1)})
-	settled := s.now - start
+	start := s.Now
+	res := run(t, e, opts, actions.Click{At: pt(1, 1)})
+	settled := s.Now - start
 	if !res.SettleTimedOut {
 		t.Errorf("not reported as timed out (busy rounds %d)", res.SettleGuestBusy)
 	}
@@ -316,8 +287,8 @@ func TestSettleBusyGuestTimesOut(t *testing.T) {
 		t.Errorf("waited %v (settle %v); max was 1s", settled, res.Settle)
 	}
 	// no_guest_settle turns it off per request.
-	s.now = 0
-	res = run(t, e, RunOptions{Screenshot: ScreenshotNever, NoGuestSettle: true}, Click{At: pt(1, 1)})
+	s.Now = 0
+	res = run(t, e, RunOptions{Screenshot: ScreenshotNever, NoGuestSettle: true}, actions.Click{At: pt(1, 1)})
 	if res.SettleTimedOut || res.Settle > 200*time.Millisecond {
 		t.Errorf("no_guest_settle: waited %v, timed out %v", res.Settle, res.SettleTimedOut)
 	}
@@ -337,7 +308,7 @@ func TestSettleLastRoundOutOfTime(t *testing.T) {
 	s := &screenTimeline{fakeDisplay: newFake(100, 80), rtt: 400 * time.Millisecond}
 	g := &busyGuest{f: s.fakeDisplay, busy: [][2]time.Duration{{0, time.Hour}}}
 	e := newSettleExecutor(t, s, g)
-	res, err := e.Run(context.Background(), []Action{Click{At: pt(1, 1)}}, RunOptions{Screenshot: ScreenshotNever, SettleMaxMS: 1000})
+	res, err := e.Run(context.Background(), []actions.Action{actions.Click{At: pt(1, 1)}}, RunOptions{Screenshot: ScreenshotNever, SettleMaxMS: 1000})
 	if err != nil {
 		t.Fatalf("run failed: %v", err)
 	}
@@ -345,10 +316,10 @@ func TestSettleLastRoundOutOfTime(t *testing.T) {
 		t.Errorf("not reported as timed out")
 	}
 	// The first round has no earlier fence to fall back on: still an error.
-	s.now = 0
+	s.Now = 0
 	s.rtt = 2 * time.Second
-	_, err = e.Run(context.Background(), []Action{Click{At: pt(1, 1)}}, RunOptions{Screenshot: ScreenshotNever, SettleMaxMS: 1000})
-	if !errors.Is(err, ErrDisplay) {
+	_, err = e.Run(context.Background(), []actions.Action{actions.Click{At: pt(1, 1)}}, RunOptions{Screenshot: ScreenshotNever, SettleMaxMS: 1000})
+	if !errors.Is(err, actions.ErrDisplay) {
 		t.Errorf("first round out of time: err %v, want ErrDisplay", err)
 	}
 }

@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"fmt"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // ToolsetName is the toolset_name of Claude's computer toolset blocks.
@@ -30,28 +33,28 @@ func DecodeToolset(data []byte) ([]anthropic.ToolUseBlock, error) {
 	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil || len(raws) == 0 {
-		return nil, fieldErr("input", nil, "must be a non-empty JSON array of tool_use blocks "+
+		return nil, actions.Invalid("input", nil, "must be a non-empty JSON array of tool_use blocks "+
 			`({"type":"tool_use","id":...,"name":"left_click","toolset_name":"computer","input":{...}})`)
 	}
-	if err := checkCount(len(raws)); err != nil {
-		return nil, renamed(err, "input")
+	if err := actions.CheckCount(len(raws)); err != nil {
+		return nil, actions.Renamed(err, "input")
 	}
 	var blocks []anthropic.ToolUseBlock
 	for i, raw := range raws {
 		var b anthropic.ToolUseBlock
 		if err := json.Unmarshal(raw, &b); err != nil {
-			return nil, fieldErr(fmt.Sprintf("input[%d]", i), nil, "not a tool_use block: "+err.Error())
+			return nil, actions.InvalidAt(actions.Elem("input", i), nil, "not a tool_use block: "+err.Error())
 		}
 		if t := b.JSON.Type.Raw(); t != "" && t != `"tool_use"` {
 			continue
 		}
 		if b.ID == "" {
-			return nil, fieldErr(fmt.Sprintf("input[%d].id", i), nil, "required: the tool_result answers it")
+			return nil, actions.InvalidAt(actions.Elem("input", i).Name("id"), nil, "required: the tool_result answers it")
 		}
 		blocks = append(blocks, b)
 	}
 	if len(blocks) == 0 {
-		return nil, fieldErr("input", nil, "holds no tool_use block")
+		return nil, actions.Invalid("input", nil, "holds no tool_use block")
 	}
 	return blocks, nil
 }
@@ -67,16 +70,16 @@ func DecodeToolset(data []byte) ([]anthropic.ToolUseBlock, error) {
 // take after each; earlier blocks settle but answer without an image unless
 // they are themselves screenshot or zoom (the model sees the state once,
 // after its plan ran). last is the Result of the last block that ran.
-func RunToolset(ctx context.Context, r Runner, blocks []anthropic.ToolUseBlock, opts RunOptions) (results []anthropic.ToolResultBlockParam, last Result) {
+func RunToolset(ctx context.Context, r player.Runner, blocks []anthropic.ToolUseBlock, opts player.RunOptions) (results []anthropic.ToolResultBlockParam, last player.Result) {
 	failed := false
 	for i, b := range blocks {
 		if failed {
-			results = append(results, toolsetResult(b.ID, Result{}, fmt.Errorf("%s", ToolsetNotExecuted)))
+			results = append(results, toolsetResult(b.ID, player.Result{}, fmt.Errorf("%s", ToolsetNotExecuted)))
 			continue
 		}
 		o := opts
-		if i < len(blocks)-1 && o.policy() == ScreenshotAuto {
-			o.Screenshot = ScreenshotNever
+		if i < len(blocks)-1 && o.Policy() == player.ScreenshotAuto {
+			o.Screenshot = player.ScreenshotNever
 		}
 		res, err := runToolsetBlock(ctx, r, b, o)
 		last = res
@@ -86,14 +89,14 @@ func RunToolset(ctx context.Context, r Runner, blocks []anthropic.ToolUseBlock, 
 	return results, last
 }
 
-func runToolsetBlock(ctx context.Context, r Runner, b anthropic.ToolUseBlock, opts RunOptions) (Result, error) {
+func runToolsetBlock(ctx context.Context, r player.Runner, b anthropic.ToolUseBlock, opts player.RunOptions) (player.Result, error) {
 	if b.ToolsetName != "" && b.ToolsetName != ToolsetName {
-		return Result{}, oneOfErr("toolset_name", ErrUnsupportedAction, []string{ToolsetName},
+		return player.Result{}, actions.OneOf("toolset_name", actions.ErrUnsupportedAction, []string{ToolsetName},
 			fmt.Sprintf("%q is not the computer toolset", b.ToolsetName))
 	}
 	acts, err := TranslateToolset(b.Name, b.Input)
 	if err != nil {
-		return Result{}, err
+		return player.Result{}, err
 	}
 	c := &Call{Tool: string(ComputerToolset20260801), Actions: acts}
 	c.fieldsAll(toolsetAgentField)
@@ -105,7 +108,7 @@ func runToolsetBlock(ctx context.Context, r Runner, b anthropic.ToolUseBlock, op
 	return res, nil
 }
 
-func toolsetResult(id string, res Result, err error) anthropic.ToolResultBlockParam {
+func toolsetResult(id string, res player.Result, err error) anthropic.ToolResultBlockParam {
 	tr := ClaudeToolResult(id, res, err)
 	tr.ToolsetName = anthropic.String(ToolsetName)
 	return tr
@@ -115,14 +118,14 @@ func toolsetResult(id string, res Result, err error) anthropic.ToolResultBlockPa
 // success the result's text and image (ClaudeContent), on failure is_error
 // with one text block holding err's message, which names the agent's own
 // fields when err came through Call.AgentError.
-func ClaudeToolResult(toolUseID string, res Result, err error) anthropic.ToolResultBlockParam {
+func ClaudeToolResult(toolUseID string, res player.Result, err error) anthropic.ToolResultBlockParam {
 	tr := anthropic.ToolResultBlockParam{ToolUseID: toolUseID}
 	if err != nil {
 		tr.IsError = anthropic.Bool(true)
 		tr.Content = []anthropic.ToolResultBlockParamContentUnion{{OfText: &anthropic.TextBlockParam{Text: err.Error()}}}
 		return tr
 	}
-	for _, b := range res.ClaudeContent() {
+	for _, b := range ClaudeContent(res) {
 		switch {
 		case b.Type == "text":
 			tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: b.Text}})

@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"encoding/json"
@@ -6,10 +6,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // mustJSON renders actions as neutral JSON for comparison.
-func mustJSON(t *testing.T, acts []Action) string {
+func mustJSON(t *testing.T, acts []actions.Action) string {
 	t.Helper()
 	b, err := json.Marshal(acts)
 	if err != nil {
@@ -145,48 +150,48 @@ func TestTranslateClaudeErrors(t *testing.T) {
 		name     string
 		versions []ClaudeVersion
 		input    string
-		field    string   // FieldError.Field
+		field    string   // FieldError.Path, rendered
 		sentinel error    // besides ErrInvalid
 		contains []string // in the message
 	}{
 		{"not an object", allVersions, `[1,2]`, "input", nil, []string{"JSON object"}},
 		{"malformed", allVersions, `{"action":`, "input", nil, []string{"malformed"}},
-		{"missing action", allVersions, `{}`, "action", ErrUnsupportedAction, []string{"missing", "screenshot"}},
-		{"action not string", allVersions, `{"action":3}`, "action", ErrUnsupportedAction, []string{"string"}},
-		{"unknown action", allVersions, `{"action":"fly"}`, "action", ErrUnsupportedAction, []string{`"fly"`, "accepts", "left_click"}},
+		{"missing action", allVersions, `{}`, "action", actions.ErrUnsupportedAction, []string{"missing", "screenshot"}},
+		{"action not string", allVersions, `{"action":3}`, "action", actions.ErrUnsupportedAction, []string{"string"}},
+		{"unknown action", allVersions, `{"action":"fly"}`, "action", actions.ErrUnsupportedAction, []string{`"fly"`, "accepts", "left_click"}},
 		{"scroll in 20241022", []ClaudeVersion{Computer20241022}, `{"action":"scroll","scroll_direction":"up","scroll_amount":1}`,
-			"action", ErrUnsupportedAction, []string{"computer_20241022", "added in computer_20250124", "key, type, mouse_move"}},
+			"action", actions.ErrUnsupportedAction, []string{"computer_20241022", "added in computer_20250124", "key, type, mouse_move"}},
 		{"triple_click in 20241022", []ClaudeVersion{Computer20241022}, `{"action":"triple_click"}`,
-			"action", ErrUnsupportedAction, []string{"added in computer_20250124"}},
+			"action", actions.ErrUnsupportedAction, []string{"added in computer_20250124"}},
 		{"zoom before 20251124", []ClaudeVersion{Computer20241022, Computer20250124}, `{"action":"zoom","region":[0,0,1,1]}`,
-			"action", ErrUnsupportedAction, []string{"added in computer_20251124", "accepts"}},
+			"action", actions.ErrUnsupportedAction, []string{"added in computer_20251124", "accepts"}},
 		{"hold_key in 20241022", []ClaudeVersion{Computer20241022}, `{"action":"hold_key","text":"a","duration":1}`,
-			"action", ErrUnsupportedAction, []string{"hold_key"}},
+			"action", actions.ErrUnsupportedAction, []string{"hold_key"}},
 		{"unknown field", allVersions, `{"action":"screenshot","foo":1}`, "foo", nil, []string{"unknown field", "coordinate"}},
 		{"demo key field", versionsFrom(Computer20250124), `{"action":"left_click","key":"ctrl"}`, "key", nil, []string{"modifiers", "text"}},
 		{"key missing text", allVersions, `{"action":"key"}`, "text", nil, []string{"required"}},
 		{"key with coordinate", allVersions, `{"action":"key","text":"a","coordinate":[1,2]}`, "coordinate", nil, []string{"not accepted for key"}},
-		{"key empty", allVersions, `{"action":"key","text":""}`, "text", ErrUnknownKey, []string{"empty"}},
-		{"key unknown", allVersions, `{"action":"key","text":"ctrl+foo"}`, "text", ErrUnknownKey, []string{`"foo"`, "X keysym names"}},
+		{"key empty", allVersions, `{"action":"key","text":""}`, "text", actions.ErrUnknownKey, []string{"empty"}},
+		{"key unknown", allVersions, `{"action":"key","text":"ctrl+foo"}`, "text", actions.ErrUnknownKey, []string{`"foo"`, "X keysym names"}},
 		{"key text not string", allVersions, `{"action":"key","text":5}`, "text", nil, []string{"string"}},
 		{"type missing text", allVersions, `{"action":"type"}`, "text", nil, []string{"required"}},
 		{"type empty", allVersions, `{"action":"type","text":""}`, "text", nil, []string{"empty"}},
-		{"type control character", allVersions, `{"action":"type","text":"naïve\u0008"}`, "text", ErrUntypable, []string{"U+0008", "control character"}},
+		{"type control character", allVersions, `{"action":"type","text":"naïve\u0008"}`, "text", actions.ErrUntypable, []string{"U+0008", "control character"}},
 		{"move missing coordinate", allVersions, `{"action":"mouse_move"}`, "coordinate", nil, []string{"required"}},
 		{"move with text", allVersions, `{"action":"mouse_move","coordinate":[1,2],"text":"x"}`, "text", nil, []string{"not accepted"}},
 		{"coordinate short", allVersions, `{"action":"mouse_move","coordinate":[1]}`, "coordinate", nil, []string{"2 values", "got 1"}},
 		{"coordinate long", allVersions, `{"action":"mouse_move","coordinate":[1,2,3]}`, "coordinate", nil, []string{"2 values", "got 3"}},
-		{"coordinate negative", allVersions, `{"action":"mouse_move","coordinate":[-1,2]}`, "coordinate", ErrOutOfBounds, []string{"non-negative"}},
+		{"coordinate negative", allVersions, `{"action":"mouse_move","coordinate":[-1,2]}`, "coordinate", actions.ErrOutOfBounds, []string{"non-negative"}},
 		{"coordinate fraction", allVersions, `{"action":"mouse_move","coordinate":[1.5,2]}`, "coordinate", nil, []string{"integer", "1.5"}},
 		{"coordinate string", allVersions, `{"action":"mouse_move","coordinate":["1",2]}`, "coordinate", nil, []string{"number"}},
 		{"coordinate object", allVersions, `{"action":"mouse_move","coordinate":{"x":1}}`, "coordinate", nil, []string{"array"}},
-		{"coordinate huge", allVersions, `{"action":"mouse_move","coordinate":[1e300,2]}`, "coordinate", ErrOutOfBounds, []string{"out of range"}},
+		{"coordinate huge", allVersions, `{"action":"mouse_move","coordinate":[1e300,2]}`, "coordinate", actions.ErrOutOfBounds, []string{"out of range"}},
 		{"click coordinate in 20241022", []ClaudeVersion{Computer20241022}, `{"action":"left_click","coordinate":[1,2]}`,
 			"coordinate", nil, []string{"computer_20241022", "mouse_move", "computer_20250124"}},
 		{"click text in 20241022", []ClaudeVersion{Computer20241022}, `{"action":"double_click","text":"ctrl"}`,
 			"text", nil, []string{"computer_20241022"}},
-		{"click non-modifier", versionsFrom(Computer20250124), `{"action":"left_click","text":"a"}`, "text", ErrUnknownKey, []string{"not a modifier"}},
-		{"click unknown modifier", versionsFrom(Computer20250124), `{"action":"left_click","text":"hyperctrl"}`, "text", ErrUnknownKey, []string{"unknown key"}},
+		{"click non-modifier", versionsFrom(Computer20250124), `{"action":"left_click","text":"a"}`, "text", actions.ErrUnknownKey, []string{"not a modifier"}},
+		{"click unknown modifier", versionsFrom(Computer20250124), `{"action":"left_click","text":"hyperctrl"}`, "text", actions.ErrUnknownKey, []string{"unknown key"}},
 		{"drag missing start", versionsFrom(Computer20250124), `{"action":"left_click_drag","coordinate":[1,2]}`, "start_coordinate", nil, []string{"required"}},
 		{"drag missing end", allVersions, `{"action":"left_click_drag","start_coordinate":[1,2]}`, "coordinate", nil, []string{"required"}},
 		{"drag bad start", allVersions, `{"action":"left_click_drag","start_coordinate":[1],"coordinate":[1,2]}`, "start_coordinate", nil, []string{"2 values"}},
@@ -210,14 +215,14 @@ func TestTranslateClaudeErrors(t *testing.T) {
 		{"scroll amount too big", versionsFrom(Computer20250124), `{"action":"scroll","scroll_direction":"up","scroll_amount":101}`,
 			"scroll_amount", nil, []string{"1 to 100"}},
 		{"scroll bad coordinate", versionsFrom(Computer20250124), `{"action":"scroll","scroll_direction":"up","scroll_amount":1,"coordinate":[1,-1]}`,
-			"coordinate", ErrOutOfBounds, []string{"non-negative"}},
+			"coordinate", actions.ErrOutOfBounds, []string{"non-negative"}},
 		{"scroll start_coordinate", versionsFrom(Computer20250124), `{"action":"scroll","scroll_direction":"up","scroll_amount":1,"start_coordinate":[1,1]}`,
 			"start_coordinate", nil, []string{"not accepted"}},
 		{"hold_key missing duration", versionsFrom(Computer20250124), `{"action":"hold_key","text":"a"}`, "duration", nil, []string{"required"}},
 		{"hold_key missing text", versionsFrom(Computer20250124), `{"action":"hold_key","duration":1}`, "text", nil, []string{"required"}},
 		{"hold_key zero", versionsFrom(Computer20250124), `{"action":"hold_key","text":"a","duration":0}`, "duration", nil, []string{"more than 0", "100"}},
 		{"hold_key too long", versionsFrom(Computer20250124), `{"action":"hold_key","text":"a","duration":100.5}`, "duration", nil, []string{"at most 100"}},
-		{"hold_key bad key", versionsFrom(Computer20250124), `{"action":"hold_key","text":"nokey","duration":1}`, "text", ErrUnknownKey, []string{"unknown key"}},
+		{"hold_key bad key", versionsFrom(Computer20250124), `{"action":"hold_key","text":"nokey","duration":1}`, "text", actions.ErrUnknownKey, []string{"unknown key"}},
 		{"wait missing", versionsFrom(Computer20250124), `{"action":"wait"}`, "duration", nil, []string{"required"}},
 		{"wait negative", versionsFrom(Computer20250124), `{"action":"wait","duration":-1}`, "duration", nil, []string{"more than 0"}},
 		{"wait string", versionsFrom(Computer20250124), `{"action":"wait","duration":"2"}`, "duration", nil, []string{"number"}},
@@ -226,7 +231,7 @@ func TestTranslateClaudeErrors(t *testing.T) {
 		{"zoom short region", []ClaudeVersion{Computer20251124}, `{"action":"zoom","region":[0,0,1]}`, "region", nil, []string{"4 values"}},
 		{"zoom inverted region", []ClaudeVersion{Computer20251124}, `{"action":"zoom","region":[10,0,5,5]}`, "region", nil, []string{"x0 < x1"}},
 		{"zoom empty region", []ClaudeVersion{Computer20251124}, `{"action":"zoom","region":[0,5,10,5]}`, "region", nil, []string{"y0 < y1"}},
-		{"zoom negative region", []ClaudeVersion{Computer20251124}, `{"action":"zoom","region":[-1,0,5,5]}`, "region", ErrOutOfBounds, []string{"non-negative"}},
+		{"zoom negative region", []ClaudeVersion{Computer20251124}, `{"action":"zoom","region":[-1,0,5,5]}`, "region", actions.ErrOutOfBounds, []string{"non-negative"}},
 		{"zoom with coordinate", []ClaudeVersion{Computer20251124}, `{"action":"zoom","region":[0,0,5,5],"coordinate":[1,1]}`, "coordinate", nil, []string{"not accepted"}},
 	}
 	for _, c := range cases {
@@ -236,15 +241,15 @@ func TestTranslateClaudeErrors(t *testing.T) {
 				t.Errorf("%s %s: no error", v, c.name)
 				continue
 			}
-			if !errors.Is(err, ErrInvalid) {
+			if !errors.Is(err, actions.ErrInvalid) {
 				t.Errorf("%s %s: %v does not wrap ErrInvalid", v, c.name, err)
 			}
 			if c.sentinel != nil && !errors.Is(err, c.sentinel) {
 				t.Errorf("%s %s: %v does not wrap %v", v, c.name, err, c.sentinel)
 			}
-			var fe *FieldError
-			if !errors.As(err, &fe) || fe.Field != c.field {
-				t.Errorf("%s %s: error %v names field %q, want %q", v, c.name, err, fieldOf(err), c.field)
+			var fe *actions.FieldError
+			if !errors.As(err, &fe) || fe.Path.String() != c.field {
+				t.Errorf("%s %s: error %v names field %q, want %q", v, c.name, err, fielderr.Field(err), c.field)
 			}
 			msg := err.Error()
 			if !strings.HasPrefix(msg, string(v)+": ") {
@@ -258,21 +263,13 @@ func TestTranslateClaudeErrors(t *testing.T) {
 		}
 	}
 	_, err := TranslateClaude("computer_20990101", []byte(`{"action":"screenshot"}`))
-	if !errors.Is(err, ErrUnsupportedAction) || !strings.Contains(err.Error(), "computer_20251124") {
+	if !errors.Is(err, actions.ErrUnsupportedAction) || !strings.Contains(err.Error(), "computer_20251124") {
 		t.Errorf("unknown version: %v", err)
 	}
 }
 
-func fieldOf(err error) string {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return fe.Field
-	}
-	return ""
-}
-
 func TestNewClaudeTool(t *testing.T) {
-	s, _ := NewScaler(1920, 1080, ScreenshotSize{Mode: SizeAuto})
+	s, _ := player.NewScaler(1920, 1080, player.ScreenshotSize{Mode: player.SizeAuto})
 	b, _ := json.Marshal(NewClaudeTool(Computer20251124, s))
 	want := `{"type":"computer_20251124","name":"computer","display_width_px":1366,"display_height_px":768,"enable_zoom":true}`
 	if string(b) != want {
@@ -281,5 +278,26 @@ func TestNewClaudeTool(t *testing.T) {
 	b, _ = json.Marshal(NewClaudeTool(Computer20250124, s))
 	if strings.Contains(string(b), "enable_zoom") {
 		t.Errorf("20250124 tool has enable_zoom: %s", b)
+	}
+}
+
+func TestClaudeContentText(t *testing.T) {
+	r := player.Result{Text: "X=1,Y=2", Image: &player.Image{MediaType: "image/png", Data: "AA=="}}
+	c := ClaudeContent(r)
+	if len(c) != 2 || c[0].Type != "text" || c[0].Text != "X=1,Y=2" || c[1].Source.MediaType != "image/png" {
+		t.Errorf("content %+v", c)
+	}
+}
+
+// TestClaudeContentZoom: a zoom's image is the tool_result's one image block.
+func TestClaudeContentZoom(t *testing.T) {
+	e := newTestExecutor(t, newFake(1920, 1080), player.ScreenshotSize{Mode: player.SizeAuto})
+	res, err := e.Run(t.Context(), []actions.Action{actions.Zoom{Region: [4]int{0, 0, 200, 100}}}, player.RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := ClaudeContent(res)
+	if len(blocks) != 1 || blocks[0].Type != "image" || blocks[0].Source.Type != "base64" {
+		t.Errorf("claude content %+v", blocks)
 	}
 }

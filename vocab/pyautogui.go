@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // ErrNotHostPlayable means pyautogui code holds something besides literal
@@ -29,7 +31,7 @@ func pyautoguiCode(input json.RawMessage) (string, error) {
 		Command *string `json:"command"`
 	}
 	if err := json.Unmarshal(input, &obj); err != nil || obj.Command == nil {
-		return "", fieldErr("input", nil, `must be a JSON string of Python code, or {"command": code}`)
+		return "", actions.Invalid("input", nil, `must be a JSON string of Python code, or {"command": code}`)
 	}
 	return *obj.Command, nil
 }
@@ -54,13 +56,13 @@ func pyautoguiCode(input json.RawMessage) (string, error) {
 //
 // Anything else fails with ErrNotHostPlayable, naming the line and why; the
 // caller then runs the code in the guest.
-func TranslatePyautogui(code string) ([]Action, error) {
+func TranslatePyautogui(code string) ([]actions.Action, error) {
 	toks, err := pyTokenize(code)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotHostPlayable, err)
 	}
 	p := &pyParser{toks: toks}
-	var acts []Action
+	var acts []actions.Action
 	for {
 		p.skipSeparators()
 		if p.peek().kind == pyEOF {
@@ -72,14 +74,14 @@ func TranslatePyautogui(code string) ([]Action, error) {
 			return nil, fmt.Errorf("%w: line %d: %w", ErrNotHostPlayable, line, err)
 		}
 		acts = append(acts, more...)
-		if len(acts) > MaxActions {
-			return nil, fmt.Errorf("%w: more than %d actions", ErrNotHostPlayable, MaxActions)
+		if len(acts) > actions.MaxActions {
+			return nil, fmt.Errorf("%w: more than %d actions", ErrNotHostPlayable, actions.MaxActions)
 		}
 		if t := p.peek(); t.kind != pyNewline && t.kind != pyEOF && !(t.kind == pyOp && t.text == ";") {
 			return nil, fmt.Errorf("%w: line %d: unexpected %q after a statement", ErrNotHostPlayable, t.line, t.text)
 		}
 	}
-	if err := validateAll(acts); err != nil {
+	if err := actions.ValidateAll(acts); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotHostPlayable, err)
 	}
 	return acts, nil
@@ -122,7 +124,7 @@ func (p *pyParser) expect(op string) error {
 }
 
 // statement parses an import or a call.
-func (p *pyParser) statement() ([]Action, error) {
+func (p *pyParser) statement() ([]actions.Action, error) {
 	t := p.next()
 	if t.kind != pyName {
 		return nil, fmt.Errorf("%q is not an import or a pyautogui call", t.text)
@@ -309,7 +311,7 @@ func (a pyArgs) str(k, def string) (string, error) {
 }
 
 // point reads x, y (x may be an (x, y) tuple); nil when both are absent.
-func (a pyArgs) point() (*Point, error) {
+func (a pyArgs) point() (*actions.Point, error) {
 	if a.vals["x"].kind == "str" {
 		return nil, fmt.Errorf("%s: x is an image to locate on the screen", a.fn)
 	}
@@ -336,25 +338,25 @@ func (a pyArgs) point() (*Point, error) {
 	return pyPoint(a.fn, x, y)
 }
 
-func pyPoint(fn string, x, y float64) (*Point, error) {
+func pyPoint(fn string, x, y float64) (*actions.Point, error) {
 	if x < 0 || y < 0 || x > 1e6 || y > 1e6 || math.IsNaN(x) || math.IsNaN(y) {
 		return nil, fmt.Errorf("%s: (%g, %g) is off any screen", fn, x, y)
 	}
-	return &Point{X: int(x), Y: int(y)}, nil
+	return &actions.Point{X: int(x), Y: int(y)}, nil
 }
 
-func (a pyArgs) button() (Button, error) {
+func (a pyArgs) button() (actions.Button, error) {
 	b, err := a.str("button", "left")
 	if err != nil {
 		return "", err
 	}
 	switch strings.ToLower(b) {
 	case "left", "primary":
-		return ButtonLeft, nil
+		return actions.ButtonLeft, nil
 	case "right", "secondary":
-		return ButtonRight, nil
+		return actions.ButtonRight, nil
 	case "middle":
-		return ButtonMiddle, nil
+		return actions.ButtonMiddle, nil
 	}
 	return "", fmt.Errorf("%s: button %q", a.fn, b)
 }
@@ -380,32 +382,32 @@ func (a pyArgs) keyNames(k string) ([]string, error) {
 
 // pyKey resolves a pyautogui key name. pyautogui lower-cases names of more
 // than one character; a single character stands for itself.
-func pyKey(fn, name string) (Key, error) {
+func pyKey(fn, name string) (actions.Key, error) {
 	if utf8.RuneCountInString(name) > 1 {
 		name = strings.ToLower(name)
 	}
-	k, err := ParseKey(name)
+	k, err := actions.ParseKey(name)
 	if err != nil {
-		return Key{}, fmt.Errorf("%s: %w", fn, err)
+		return actions.Key{}, fmt.Errorf("%s: %w", fn, err)
 	}
 	return k, nil
 }
 
-func pySleep(fn string, secs float64) ([]Action, error) {
+func pySleep(fn string, secs float64) ([]actions.Action, error) {
 	if secs <= 0 {
 		return nil, nil
 	}
 	d := time.Duration(secs * float64(time.Second))
-	if d > MaxDuration {
-		return nil, fmt.Errorf("%s(%g): longer than %v", fn, secs, MaxDuration)
+	if d > actions.MaxDuration {
+		return nil, fmt.Errorf("%s(%g): longer than %v", fn, secs, actions.MaxDuration)
 	}
-	return []Action{Wait{Duration: roundMS(d)}}, nil
+	return []actions.Action{actions.Wait{Duration: actions.RoundMS(d)}}, nil
 }
 
 var pyMoveIgnored = []string{"duration", "tween", "logScreenshot", "_pause", "interval"}
 
 // pyCall maps one call onto actions.
-func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
+func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]actions.Action, error) {
 	switch fn {
 	case "time.sleep", "pyautogui.sleep":
 		a, err := bindPy(fn, []string{"seconds"}, pos, kw)
@@ -434,21 +436,21 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := Click{At: at, Button: ButtonLeft, Count: 1}
+		c := actions.Click{At: at, Button: actions.ButtonLeft, Count: 1}
 		switch fn {
 		case "pyautogui.click":
 			n, err := a.num("clicks", 1)
 			if err != nil {
 				return nil, err
 			}
-			if n != math.Trunc(n) || n < 0 || n > MaxClickCount {
-				return nil, fmt.Errorf("%s: clicks=%g; deskfarm plays 1 to %d", fn, n, MaxClickCount)
+			if n != math.Trunc(n) || n < 0 || n > actions.MaxClickCount {
+				return nil, fmt.Errorf("%s: clicks=%g; deskfarm plays 1 to %d", fn, n, actions.MaxClickCount)
 			}
 			if n == 0 { // pyautogui moves but does not click
 				if at == nil {
 					return nil, nil
 				}
-				return []Action{Move{To: *at}}, nil
+				return []actions.Action{actions.Move{To: *at}}, nil
 			}
 			c.Count = int(n)
 			if c.Button, err = a.button(); err != nil {
@@ -460,11 +462,11 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 				return nil, err
 			}
 		case "pyautogui.rightClick":
-			c.Button = ButtonRight
+			c.Button = actions.ButtonRight
 		case "pyautogui.middleClick":
-			c.Button = ButtonMiddle
+			c.Button = actions.ButtonMiddle
 		}
-		return []Action{c}, nil
+		return []actions.Action{c}, nil
 
 	case "pyautogui.moveTo", "pyautogui.dragTo":
 		params := []string{"x", "y", "duration", "tween"}
@@ -483,16 +485,16 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 			return nil, fmt.Errorf("%s needs x and y", fn)
 		}
 		if fn == "pyautogui.moveTo" {
-			return []Action{Move{To: *at}}, nil
+			return []actions.Action{actions.Move{To: *at}}, nil
 		}
 		b, err := a.button()
 		if err != nil {
 			return nil, err
 		}
 		if v, ok := a.vals["mouseDownUp"]; ok && v.kind == "bool" && !v.b {
-			return []Action{Move{To: *at}}, nil // the button is held by an earlier mouseDown
+			return []actions.Action{actions.Move{To: *at}}, nil // the button is held by an earlier mouseDown
 		}
-		return []Action{Drag{To: *at, Button: b}}, nil
+		return []actions.Action{actions.Drag{To: *at, Button: b}}, nil
 
 	case "pyautogui.moveRel", "pyautogui.move", "pyautogui.dragRel", "pyautogui.drag":
 		params := []string{"xOffset", "yOffset", "duration", "tween"}
@@ -512,18 +514,18 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		by := MoveBy{DX: int(dx), DY: int(dy)}
+		by := actions.MoveBy{DX: int(dx), DY: int(dy)}
 		if !drag {
-			return []Action{by}, nil
+			return []actions.Action{by}, nil
 		}
 		b, err := a.button()
 		if err != nil {
 			return nil, err
 		}
 		if v, ok := a.vals["mouseDownUp"]; ok && v.kind == "bool" && !v.b {
-			return []Action{by}, nil
+			return []actions.Action{by}, nil
 		}
-		return []Action{ButtonDown{Button: b}, by, ButtonUp{Button: b}}, nil
+		return []actions.Action{actions.ButtonDown{Button: b}, by, actions.ButtonUp{Button: b}}, nil
 
 	case "pyautogui.mouseDown", "pyautogui.mouseUp":
 		a, err := bindPy(fn, []string{"x", "y", "button", "duration", "tween"}, pos, kw, "logScreenshot", "_pause")
@@ -539,9 +541,9 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 			return nil, err
 		}
 		if fn == "pyautogui.mouseUp" {
-			return []Action{ButtonUp{At: at, Button: b}}, nil
+			return []actions.Action{actions.ButtonUp{At: at, Button: b}}, nil
 		}
-		return []Action{ButtonDown{At: at, Button: b}}, nil
+		return []actions.Action{actions.ButtonDown{At: at, Button: b}}, nil
 
 	case "pyautogui.scroll", "pyautogui.vscroll", "pyautogui.hscroll":
 		a, err := bindPy(fn, []string{"clicks", "x", "y"}, pos, kw, "logScreenshot", "_pause")
@@ -561,16 +563,16 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 			if at == nil {
 				return nil, nil
 			}
-			return []Action{Move{To: *at}}, nil
+			return []actions.Action{actions.Move{To: *at}}, nil
 		}
-		if abs := max(clicks, -clicks); abs > MaxScrollAmount {
-			return nil, fmt.Errorf("%s: %d clicks; deskfarm plays at most %d", fn, clicks, MaxScrollAmount)
+		if abs := max(clicks, -clicks); abs > actions.MaxScrollAmount {
+			return nil, fmt.Errorf("%s: %d clicks; deskfarm plays at most %d", fn, clicks, actions.MaxScrollAmount)
 		}
-		dir := map[bool]Direction{true: ScrollUp, false: ScrollDown}[clicks > 0]
+		dir := map[bool]actions.Direction{true: actions.ScrollUp, false: actions.ScrollDown}[clicks > 0]
 		if fn == "pyautogui.hscroll" {
-			dir = map[bool]Direction{true: ScrollRight, false: ScrollLeft}[clicks > 0]
+			dir = map[bool]actions.Direction{true: actions.ScrollRight, false: actions.ScrollLeft}[clicks > 0]
 		}
-		return []Action{Scroll{At: at, Direction: dir, Amount: max(clicks, -clicks)}}, nil
+		return []actions.Action{actions.Scroll{At: at, Direction: dir, Amount: max(clicks, -clicks)}}, nil
 
 	case "pyautogui.typewrite", "pyautogui.write":
 		a, err := bindPy(fn, []string{"message", "interval"}, pos, kw, "logScreenshot", "_pause")
@@ -582,19 +584,19 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 			if v.str == "" {
 				return nil, nil
 			}
-			return []Action{TypeText{Text: v.str}}, nil
+			return []actions.Action{actions.TypeText{Text: v.str}}, nil
 		case "list":
 			names, err := a.keyNames("message")
 			if err != nil {
 				return nil, err
 			}
-			var acts []Action
+			var acts []actions.Action
 			for _, n := range names {
 				k, err := pyKey(fn, n)
 				if err != nil {
 					return nil, err
 				}
-				acts = append(acts, KeyPress{Keys: []Key{k}})
+				acts = append(acts, actions.KeyPress{Keys: []actions.Key{k}})
 			}
 			return acts, nil
 		}
@@ -613,18 +615,18 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n != math.Trunc(n) || n < 0 || n*float64(len(names)) > MaxActions {
+		if n != math.Trunc(n) || n < 0 || n*float64(len(names)) > actions.MaxActions {
 			return nil, fmt.Errorf("%s: presses=%g", fn, n)
 		}
-		var once []Action
+		var once []actions.Action
 		for _, name := range names {
 			k, err := pyKey(fn, name)
 			if err != nil {
 				return nil, err
 			}
-			once = append(once, KeyPress{Keys: []Key{k}})
+			once = append(once, actions.KeyPress{Keys: []actions.Key{k}})
 		}
-		var acts []Action
+		var acts []actions.Action
 		for range int(n) {
 			acts = append(acts, once...)
 		}
@@ -652,7 +654,7 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 		if len(names) == 0 {
 			return nil, nil
 		}
-		var keys []Key
+		var keys []actions.Key
 		for _, n := range names {
 			k, err := pyKey(fn, n)
 			if err != nil {
@@ -660,7 +662,7 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 			}
 			keys = append(keys, k)
 		}
-		return []Action{KeyPress{Keys: keys}}, nil
+		return []actions.Action{actions.KeyPress{Keys: keys}}, nil
 
 	case "pyautogui.keyDown", "pyautogui.keyUp":
 		a, err := bindPy(fn, []string{"key"}, pos, kw, "logScreenshot", "_pause")
@@ -676,9 +678,9 @@ func pyCall(fn string, pos []pyValue, kw map[string]pyValue) ([]Action, error) {
 			return nil, err
 		}
 		if fn == "pyautogui.keyUp" {
-			return []Action{KeyUp{Keys: []Key{k}}}, nil
+			return []actions.Action{actions.KeyUp{Keys: []actions.Key{k}}}, nil
 		}
-		return []Action{KeyDown{Keys: []Key{k}}}, nil
+		return []actions.Action{actions.KeyDown{Keys: []actions.Key{k}}}, nil
 	}
 	return nil, fmt.Errorf("%s is not a call deskfarm plays on the host", fn)
 }

@@ -1,17 +1,19 @@
-package actions
+package vocab
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // Tool names Decode accepts besides the Claude versions.
@@ -33,14 +35,6 @@ func Tools() []string {
 	return append(claudeToolNames(), ToolOpenAIPreview, ToolOpenAI, ToolOSWorld, ToolPyautogui, ToolNeutral)
 }
 
-// Runner plays actions: *Executor implements it. RunToolset and Call.Run
-// take it so the desk can put its own session object in front.
-type Runner interface {
-	Run(ctx context.Context, acts []Action, opts RunOptions) (Result, error)
-}
-
-var _ Runner = (*Executor)(nil)
-
 // Call is one agent call decoded into neutral actions, with what it takes to
 // answer in the agent's own vocabulary.
 type Call struct {
@@ -48,7 +42,7 @@ type Call struct {
 	Tool string
 	// Actions are the neutral actions to play (none for a toolset turn,
 	// whose blocks RunToolset plays one by one, or an OSWorld DONE/FAIL).
-	Actions []Action
+	Actions []actions.Action
 	// Terminal is "DONE" or "FAIL" for OSWorld's episode signals.
 	Terminal string
 	// Toolset holds the tool_use blocks of a computer_toolset_20260801 turn.
@@ -58,7 +52,7 @@ type Call struct {
 
 	// fields names, per action, the agent's field for an executor field
 	// ("x" -> "coordinate"); nil entries keep the neutral name.
-	fields []func(field string) string
+	fields []func(fielderr.Path) fielderr.Path
 	// labels name, per action, the agent's action for a StepError; ""
 	// keeps "actions[i] (kind)".
 	labels []string
@@ -106,9 +100,9 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 			c.Actions, err = TranslatePyautogui(code)
 		}
 	case ToolNeutral, "":
-		c.Actions, err = DecodeActions(input)
+		c.Actions, err = actions.DecodeActions(input)
 	default:
-		err = oneOfErr("tool", ErrUnsupportedAction, Tools(),
+		err = actions.OneOf("tool", actions.ErrUnsupportedAction, Tools(),
 			fmt.Sprintf("unknown tool %q; accepted are %s", tool, strings.Join(Tools(), ", ")))
 	}
 	if err != nil {
@@ -117,11 +111,17 @@ func Decode(tool string, input json.RawMessage) (*Call, error) {
 	return c, nil
 }
 
+// constant returns a vocabulary's translate function for an action without
+// fields: it always answers acts.
+func constant[In any](acts ...actions.Action) func(In) ([]actions.Action, error) {
+	return func(In) ([]actions.Action, error) { return slices.Clone(acts), nil }
+}
+
 // fieldsAll names the fields of every action with f.
-func (c *Call) fieldsAll(f func(a Action, field string) string) {
-	c.fields = make([]func(string) string, len(c.Actions))
+func (c *Call) fieldsAll(f func(a actions.Action, field fielderr.Path) fielderr.Path) {
+	c.fields = make([]func(fielderr.Path) fielderr.Path, len(c.Actions))
 	for i, a := range c.Actions {
-		c.fields[i] = func(field string) string { return f(a, field) }
+		c.fields[i] = func(field fielderr.Path) fielderr.Path { return f(a, field) }
 	}
 }
 
@@ -149,15 +149,13 @@ func osworldActionName(input []byte) string {
 	return in.ActionType
 }
 
-var actionFieldRE = regexp.MustCompile(`^actions\[(\d+)\](?:\.(.*))?$`)
-
 // AgentError puts an error from running c.Actions in the agent's terms: a
 // refused field ("actions[0].x") gets the agent's own name ("coordinate",
 // "action.x", "actions[2].path[1]"), and a failure while playing names the
 // agent's action ("actions[1] (drag): ..." rather than the executor's
 // index). Other errors are returned unchanged.
 func (c *Call) AgentError(err error) error {
-	if se, ok := errors.AsType[*StepError](err); ok {
+	if se, ok := errors.AsType[*actions.StepError](err); ok {
 		if se.Index < len(c.labels) && c.labels[se.Index] != "" {
 			cp := *se
 			cp.Label = c.labels[se.Index]
@@ -165,15 +163,16 @@ func (c *Call) AgentError(err error) error {
 		}
 		return err
 	}
-	m := actionFieldRE.FindStringSubmatch(fielderr.Field(err))
-	if m == nil {
+	list, rest, _ := fielderr.PathOf(err).Head()
+	elem, field, ok := rest.Head()
+	if list.Name != "actions" || !ok || elem.Name != "" {
 		return err
 	}
-	i, _ := strconv.Atoi(m[1])
+	i := elem.Index
 	if i >= len(c.fields) || c.fields[i] == nil {
 		return err
 	}
-	return fielderr.Rename(err, func(string) string { return c.fields[i](m[2]) })
+	return fielderr.Rename(err, func(fielderr.Path) fielderr.Path { return c.fields[i](field) })
 }
 
 // ReplyOptions are per-request options of how Call.Run answers.
@@ -196,7 +195,7 @@ type ReplyOptions struct {
 type Reply struct {
 	// Result is what the actions returned (for a toolset turn, the last
 	// block that ran).
-	Result Result
+	Result player.Result
 	// Claude is the tool_result of a single-tool Claude call.
 	Claude *anthropic.ToolResultBlockParam
 	// Toolset are the tool_results of a toolset turn, one per block, in
@@ -212,7 +211,7 @@ type Reply struct {
 // Errors carry the agent's field names (AgentError). With
 // ro.ErrorsAsResults a Claude failure is answered in Reply.Claude instead;
 // a toolset turn always answers failures in its tool_results.
-func (c *Call) Run(ctx context.Context, r Runner, opts RunOptions, ro ReplyOptions) (Reply, error) {
+func (c *Call) Run(ctx context.Context, r player.Runner, opts player.RunOptions, ro ReplyOptions) (Reply, error) {
 	var rep Reply
 	switch {
 	case c.Terminal != "":
@@ -223,7 +222,7 @@ func (c *Call) Run(ctx context.Context, r Runner, opts RunOptions, ro ReplyOptio
 		return rep, nil
 	case c.OpenAI != nil:
 		// The output is a screenshot: always take one after the actions.
-		opts.Screenshot = ScreenshotAlways
+		opts.Screenshot = player.ScreenshotAlways
 	}
 	res, err := r.Run(ctx, c.Actions, opts)
 	rep.Result = res
@@ -256,61 +255,60 @@ func (c *Call) isClaude() bool {
 }
 
 // claudeAgentField names an executor field in Claude's computer tool input.
-func claudeAgentField(_ Action, f string) string {
-	base, _, _ := strings.Cut(f, ".")
-	if i := strings.IndexByte(base, '['); i >= 0 {
-		base = base[:i]
-	}
-	switch base {
+func claudeAgentField(_ actions.Action, f fielderr.Path) fielderr.Path {
+	switch f.Base() {
 	case "x", "y", "via":
-		return "coordinate"
+		return fielderr.Name("coordinate")
 	case "from":
-		return "start_coordinate"
+		return fielderr.Name("start_coordinate")
 	case "region", "width", "height":
-		return "region"
+		return fielderr.Name("region")
 	case "text", "keys", "modifiers":
-		return "text"
+		return fielderr.Name("text")
 	case "duration_ms":
-		return "duration"
+		return fielderr.Name("duration")
 	case "direction":
-		return "scroll_direction"
+		return fielderr.Name("scroll_direction")
 	case "amount":
-		return "scroll_amount"
+		return fielderr.Name("scroll_amount")
 	case "button", "count", "kind", "":
-		return "action"
+		return fielderr.Name("action")
 	}
 	return f
 }
 
 // toolsetAgentField names an executor field in a toolset block: as Claude's
 // tool, but the action is the block's name.
-func toolsetAgentField(a Action, f string) string {
-	if a := claudeAgentField(a, f); a != "action" {
-		return a
+func toolsetAgentField(a actions.Action, f fielderr.Path) fielderr.Path {
+	if p := claudeAgentField(a, f); len(p) != 1 || p.Base() != "action" {
+		return p
 	}
-	return "name"
+	return fielderr.Name("name")
 }
 
+// osworldParam is the path of a computer_13 parameter.
+func osworldParam(name string) fielderr.Path { return fielderr.Name("parameters").Name(name) }
+
 // osworldAgentField names an executor field in a computer_13 action.
-func osworldAgentField(a Action, f string) string {
-	switch base, _, _ := strings.Cut(f, "."); base {
+func osworldAgentField(a actions.Action, f fielderr.Path) fielderr.Path {
+	switch f.Base() {
 	case "x", "y", "via", "from":
-		return "parameters.x"
+		return osworldParam("x")
 	case "text":
-		return "parameters.text"
+		return osworldParam("text")
 	case "keys", "modifiers":
-		return "parameters.keys"
+		return osworldParam("keys")
 	case "button":
-		return "parameters.button"
+		return osworldParam("button")
 	case "count":
-		return "parameters.num_clicks"
+		return osworldParam("num_clicks")
 	case "direction", "amount":
-		if s, ok := a.(Scroll); ok && (s.Direction == ScrollLeft || s.Direction == ScrollRight) {
-			return "parameters.dx"
+		if s, ok := a.(actions.Scroll); ok && (s.Direction == actions.ScrollLeft || s.Direction == actions.ScrollRight) {
+			return osworldParam("dx")
 		}
-		return "parameters.dy"
+		return osworldParam("dy")
 	case "kind", "":
-		return "action_type"
+		return fielderr.Name("action_type")
 	}
 	return f
 }

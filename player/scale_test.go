@@ -1,13 +1,14 @@
-package actions
+package player
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
-	"image/color"
 	"strings"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 func TestAutoScreenshotSize(t *testing.T) {
@@ -53,7 +54,7 @@ func TestParseScreenshotSize(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"big", "0x10", "10x", "x10", "-5x5", "1280x800x2", "99999x1"} {
-		if _, err := ParseScreenshotSize(bad); !errors.Is(err, ErrInvalid) {
+		if _, err := ParseScreenshotSize(bad); !errors.Is(err, actions.ErrInvalid) {
 			t.Errorf("ParseScreenshotSize(%q) = %v, want error", bad, err)
 		}
 	}
@@ -70,10 +71,10 @@ func TestParseScreenshotSize(t *testing.T) {
 }
 
 func TestFixedSizeBounds(t *testing.T) {
-	if _, err := NewScaler(1280, 800, ScreenshotSize{Mode: SizeFixed, Width: 1366, Height: 768}); !errors.Is(err, ErrInvalid) {
+	if _, err := NewScaler(1280, 800, ScreenshotSize{Mode: SizeFixed, Width: 1366, Height: 768}); !errors.Is(err, actions.ErrInvalid) {
 		t.Errorf("fixed wider than native: %v", err)
 	}
-	if _, err := NewScaler(1280, 800, ScreenshotSize{Mode: SizeFixed, Width: 1280, Height: 801}); !errors.Is(err, ErrInvalid) {
+	if _, err := NewScaler(1280, 800, ScreenshotSize{Mode: SizeFixed, Width: 1280, Height: 801}); !errors.Is(err, actions.ErrInvalid) {
 		t.Errorf("fixed taller than native: %v", err)
 	}
 	s, err := NewScaler(1280, 800, ScreenshotSize{Mode: SizeFixed, Width: 1000, Height: 700})
@@ -142,7 +143,7 @@ func TestToNativeOffScreen(t *testing.T) {
 	s, _ := NewScaler(1920, 1080, ScreenshotSize{Mode: SizeAuto})
 	for _, p := range [][2]int{{1366, 0}, {0, 768}, {-1, 5}, {5, -1}, {5000, 5000}} {
 		_, _, err := s.ToNative(p[0], p[1])
-		if !errors.Is(err, ErrOutOfBounds) || !errors.Is(err, ErrInvalid) {
+		if !errors.Is(err, actions.ErrOutOfBounds) || !errors.Is(err, actions.ErrInvalid) {
 			t.Errorf("ToNative(%v) = %v, want ErrOutOfBounds", p, err)
 			continue
 		}
@@ -183,21 +184,10 @@ func TestRegionToNative(t *testing.T) {
 		}
 	}
 	for _, bad := range [][4]int{{0, 0, 1367, 10}, {0, 0, 10, 769}, {5, 5, 5, 10}, {-1, 0, 5, 5}} {
-		if _, err := s.RegionToNative(bad); !errors.Is(err, ErrOutOfBounds) {
+		if _, err := s.RegionToNative(bad); !errors.Is(err, actions.ErrOutOfBounds) {
 			t.Errorf("RegionToNative(%v) = %v, want ErrOutOfBounds", bad, err)
 		}
 	}
-}
-
-// coordImage returns an image whose pixel (x, y) encodes x and y.
-func coordImage(w, h int) *image.RGBA {
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for y := 0; y < h; y++ {
-		for x := 0; x < w; x++ {
-			img.SetRGBA(x, y, color.RGBA{uint8(x), uint8(x >> 8), uint8(y), 255})
-		}
-	}
-	return img
 }
 
 // TestZoomUsesNativePixels checks zoom crops the native framebuffer, not the
@@ -234,7 +224,7 @@ func TestZoomUsesNativePixels(t *testing.T) {
 	if err != nil || out.Rect.Dx() != 100 || out.Rect.Dy() != 50 {
 		t.Errorf("zoom height 50 = %v, %v", out.Rect, err)
 	}
-	if _, err := s.Zoom(img, [4]int{0, 0, 2000, 10}, 0, 0); !errors.Is(err, ErrOutOfBounds) {
+	if _, err := s.Zoom(img, [4]int{0, 0, 2000, 10}, 0, 0); !errors.Is(err, actions.ErrOutOfBounds) {
 		t.Errorf("zoom off-screen = %v", err)
 	}
 }

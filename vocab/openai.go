@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"bytes"
@@ -12,6 +12,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // OpenAIScrollPixelsPerClick converts OpenAI computer-use scroll offsets,
@@ -58,9 +62,9 @@ type OpenAICall struct {
 	// shape the output (OpenAIOutput).
 	Item *responses.ResponseComputerToolCall
 	// Actions are the neutral actions of its action or actions, in order.
-	Actions []Action
+	Actions []actions.Action
 
-	fields []func(string) string
+	fields []func(fielderr.Path) fielderr.Path
 	labels []string
 }
 
@@ -81,7 +85,7 @@ func TranslateOpenAICall(item []byte) (*OpenAICall, error) {
 func translateOpenAICall(item []byte) (*OpenAICall, error) {
 	top, err := decodeClaudeInput(item)
 	if err != nil {
-		return nil, renamed(err, "input")
+		return nil, actions.Renamed(err, "input")
 	}
 	var typ string
 	if err := json.Unmarshal(top["type"], &typ); err != nil || typ != "computer_call" {
@@ -89,66 +93,66 @@ func translateOpenAICall(item []byte) (*OpenAICall, error) {
 		if slices.Contains(openAIActions, typ) {
 			msg += fmt.Sprintf(" (this is a bare %s action; wrap it as {\"type\":\"computer_call\",\"call_id\":...,\"action\":{...}})", typ)
 		}
-		return nil, fieldErr("type", nil, msg)
+		return nil, actions.Invalid("type", nil, msg)
 	}
 	call := new(responses.ResponseComputerToolCall)
 	if err := json.Unmarshal(item, call); err != nil {
-		return nil, fieldErr("input", nil, "malformed computer_call item: "+err.Error())
+		return nil, actions.Invalid("input", nil, "malformed computer_call item: "+err.Error())
 	}
 	if call.CallID == "" {
-		return nil, fieldErr("call_id", nil, "required: the computer_call_output answers it")
+		return nil, actions.Invalid("call_id", nil, "required: the computer_call_output answers it")
 	}
 	_, hasOne := top["action"]
 	_, hasMany := top["actions"]
 	oc := &OpenAICall{Item: call}
 	switch {
 	case hasOne && hasMany:
-		return nil, fieldErr("actions", nil, "give action or actions, not both")
+		return nil, actions.Invalid("actions", nil, "give action or actions, not both")
 	case hasOne:
 		a, err := openAIActionOf(call.Action.AsAny(), call.Action.Type)
 		if err != nil {
-			return nil, withPrefix("action.", err)
+			return nil, actions.WithPrefix(fielderr.Name("action"), err)
 		}
-		if err := oc.add("action.", a); err != nil {
+		if err := oc.add(fielderr.Name("action"), a); err != nil {
 			return nil, err
 		}
 	case hasMany:
 		if len(call.Actions) == 0 {
-			return nil, fieldErr("actions", nil, "must be a non-empty list of actions")
+			return nil, actions.Invalid("actions", nil, "must be a non-empty list of actions")
 		}
-		if err := checkCount(len(call.Actions)); err != nil {
+		if err := actions.CheckCount(len(call.Actions)); err != nil {
 			return nil, err
 		}
 		for i, u := range call.Actions {
 			a, err := openAIActionOf(u.AsAny(), u.Type)
 			if err != nil {
-				return nil, withPrefix(fmt.Sprintf("actions[%d].", i), err)
+				return nil, actions.WithPrefix(actions.Elem("actions", i), err)
 			}
-			if err := oc.add(fmt.Sprintf("actions[%d].", i), a); err != nil {
+			if err := oc.add(actions.Elem("actions", i), a); err != nil {
 				return nil, err
 			}
 		}
 	default:
-		return nil, fieldErr("action", nil, "a computer_call needs action (computer_use_preview) or actions (computer)")
+		return nil, actions.Invalid("action", nil, "a computer_call needs action (computer_use_preview) or actions (computer)")
 	}
-	if err := checkCount(len(oc.Actions)); err != nil {
-		return nil, renamed(err, "actions")
+	if err := actions.CheckCount(len(oc.Actions)); err != nil {
+		return nil, actions.Renamed(err, "actions")
 	}
 	return oc, nil
 }
 
 // add translates one action whose fields are named with prefix.
-func (oc *OpenAICall) add(prefix string, a openAIAction) error {
+func (oc *OpenAICall) add(prefix fielderr.Path, a openAIAction) error {
 	acts, err := a.translate()
 	if err == nil {
-		err = validateAll(acts)
+		err = actions.ValidateAll(acts)
 	}
 	if err != nil {
-		return withPrefix(prefix, err)
+		return actions.WithPrefix(prefix, err)
 	}
 	for _, n := range acts {
-		oc.fields = append(oc.fields, func(f string) string { return prefix + a.agentField(n, f) })
-		oc.labels = append(oc.labels, fmt.Sprintf("%s (%s)", strings.TrimSuffix(prefix, "."), a.typ))
+		oc.fields = append(oc.fields, func(f fielderr.Path) fielderr.Path { return prefix.Join(a.agentField(n, f)) })
+		oc.labels = append(oc.labels, fmt.Sprintf("%s (%s)", prefix, a.typ))
 	}
 	oc.Actions = append(oc.Actions, acts...)
 	return nil
@@ -172,7 +176,7 @@ func (oc *OpenAICall) add(prefix string, a openAIAction) error {
 //
 // A field of another action type is an error; fields no action type has are
 // ignored, so a newer API's additions do not break a call.
-func TranslateOpenAI(action []byte) ([]Action, error) {
+func TranslateOpenAI(action []byte) ([]actions.Action, error) {
 	acts, err := translateOpenAI(action)
 	if err != nil {
 		return nil, fmt.Errorf("openai computer action: %w", err)
@@ -180,14 +184,14 @@ func TranslateOpenAI(action []byte) ([]Action, error) {
 	return acts, nil
 }
 
-func translateOpenAI(action []byte) ([]Action, error) {
+func translateOpenAI(action []byte) ([]actions.Action, error) {
 	action = bytes.TrimSpace(action)
 	if len(action) == 0 || action[0] != '{' {
-		return nil, fieldErr("action", nil, "must be a JSON object such as {\"type\":\"screenshot\"}")
+		return nil, actions.Invalid("action", nil, "must be a JSON object such as {\"type\":\"screenshot\"}")
 	}
 	var u responses.ComputerActionUnion
 	if err := json.Unmarshal(action, &u); err != nil {
-		return nil, fieldErr("action", nil, "malformed action: "+err.Error())
+		return nil, actions.Invalid("action", nil, "malformed action: "+err.Error())
 	}
 	a, err := openAIActionOf(u.AsAny(), u.Type)
 	if err != nil {
@@ -195,7 +199,7 @@ func translateOpenAI(action []byte) ([]Action, error) {
 	}
 	acts, err := a.translate()
 	if err == nil {
-		err = validateAll(acts)
+		err = actions.ValidateAll(acts)
 	}
 	return acts, err
 }
@@ -274,7 +278,7 @@ func openAIActionOf(v any, typ string) (openAIAction, error) {
 		if typ != "" {
 			msg = fmt.Sprintf("unknown action %q; accepted are %s", typ, strings.Join(openAIActions, ", "))
 		}
-		return a, oneOfErr("type", ErrUnsupportedAction, openAIActions, msg)
+		return a, actions.OneOf("type", actions.ErrUnsupportedAction, openAIActions, msg)
 	}
 	// A field that belongs to another action type is a mistake worth
 	// naming; a field no action has is a newer API's and is ignored.
@@ -284,7 +288,7 @@ func openAIActionOf(v any, typ string) (openAIAction, error) {
 		}
 		for _, fs := range openAIFields {
 			if slices.Contains(fs, f) {
-				return a, fieldErr(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, takesList(openAIFields[typ])))
+				return a, actions.Invalid(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", typ, typ, actions.TakesList(openAIFields[typ])))
 			}
 		}
 	}
@@ -306,19 +310,19 @@ func sortedFieldNames(m map[string]respjson.Field) []string {
 func intField(name string, f respjson.Field, nonNeg bool) (int, error) {
 	raw := f.Raw()
 	if raw == "" || raw == "null" {
-		return 0, fieldErr(name, nil, "required")
+		return 0, actions.Invalid(name, nil, "required")
 	}
 	v, err := claudeInt(name, json.RawMessage(raw))
 	if err != nil {
 		return 0, err
 	}
 	if nonNeg && v < 0 {
-		return 0, fieldErr(name, ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", v))
+		return 0, actions.Invalid(name, actions.ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", v))
 	}
 	return v, nil
 }
 
-func (a openAIAction) point() (*Point, error) {
+func (a openAIAction) point() (*actions.Point, error) {
 	x, err := intField("x", a.x, true)
 	if err != nil {
 		return nil, err
@@ -327,204 +331,219 @@ func (a openAIAction) point() (*Point, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Point{X: x, Y: y}, nil
+	return &actions.Point{X: x, Y: y}, nil
 }
 
 // parseOpenAIKey resolves one of OpenAI's key names: any case, single
 // letters as their lower-case key (the model writes "C" for the c key).
-func parseOpenAIKey(name string) (Key, error) {
+func parseOpenAIKey(name string) (actions.Key, error) {
 	if len(name) == 1 && name[0] >= 'A' && name[0] <= 'Z' {
 		name = strings.ToLower(name)
 	}
-	k, err := ParseKey(name)
+	k, err := actions.ParseKey(name)
 	if err != nil {
-		return Key{}, &FieldError{Msg: fmt.Sprintf("unknown key %q; %s", name, openAIKeyHelp), Errs: []error{ErrInvalid, ErrUnknownKey}}
+		return actions.Key{}, &actions.FieldError{Msg: fmt.Sprintf("unknown key %q; %s", name, openAIKeyHelp), Errs: []error{actions.ErrInvalid, actions.ErrUnknownKey}}
 	}
 	return k, nil
 }
 
 // heldKeys parses the keys held during a pointer action; they must be
 // modifiers.
-func (a openAIAction) heldKeys() ([]Key, error) {
-	var keys []Key
+func (a openAIAction) heldKeys() ([]actions.Key, error) {
+	var keys []actions.Key
 	for i, n := range a.keys {
 		k, err := parseOpenAIKey(n)
 		if err == nil && !k.IsModifier() {
-			err = fieldErr("", ErrUnknownKey, fmt.Sprintf("%q is not a modifier; keys held during a pointer action are "+
+			err = actions.Invalid("", actions.ErrUnknownKey, fmt.Sprintf("%q is not a modifier; keys held during a pointer action are "+
 				"CTRL, SHIFT, ALT, CMD/SUPER/WIN or META", n))
 		}
 		if err != nil {
-			return nil, withPrefix(fmt.Sprintf("keys[%d]", i), err)
+			return nil, actions.WithPrefix(actions.Elem("keys", i), err)
 		}
 		keys = append(keys, k)
 	}
-	if len(keys) > MaxChordKeys {
-		return nil, limitErr("keys", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
+	if len(keys) > actions.MaxChordKeys {
+		return nil, actions.TooLarge("keys", actions.MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", actions.MaxChordKeys, len(keys)))
 	}
 	return keys, nil
 }
 
-func (a openAIAction) translate() ([]Action, error) {
-	switch a.typ {
-	case "click", "double_click":
-		at, err := a.point()
-		if err != nil {
-			return nil, err
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		if a.typ == "double_click" {
-			return []Action{Click{At: at, Button: ButtonLeft, Count: 2, Modifiers: mods}}, nil
-		}
-		b := map[string]Button{"": ButtonLeft, "left": ButtonLeft, "right": ButtonRight, "wheel": ButtonMiddle,
-			"middle": ButtonMiddle, "back": ButtonBack, "forward": ButtonForward}
-		button, ok := b[strings.ToLower(a.button)]
-		if !ok {
-			return nil, oneOfErr("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", a.button))
-		}
-		return []Action{Click{At: at, Button: button, Count: 1, Modifiers: mods}}, nil
+// openAITranslators map each action type onto neutral actions.
+var openAITranslators = map[string]func(openAIAction) ([]actions.Action, error){
+	"click":        openAIAction.click,
+	"double_click": openAIAction.click,
+	"move":         openAIAction.move,
+	"screenshot":   constant[openAIAction](actions.Screenshot{}),
+	"wait":         constant[openAIAction](actions.Wait{Duration: OpenAIWait}),
+	"type":         openAIAction.typeText,
+	"keypress":     openAIAction.keypress,
+	"scroll":       openAIAction.wheel,
+	"drag":         openAIAction.drag,
+}
 
-	case "move":
-		at, err := a.point()
-		if err != nil {
-			return nil, err
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		if len(mods) == 0 {
-			return []Action{Move{To: *at}}, nil
-		}
-		return []Action{KeyDown{Keys: mods}, Move{To: *at}, KeyUp{Keys: mods}}, nil
-
-	case "screenshot":
-		return []Action{Screenshot{}}, nil
-
-	case "wait":
-		return []Action{Wait{Duration: OpenAIWait}}, nil
-
-	case "type":
-		if !a.hasText {
-			return nil, fieldErr("text", nil, "required for type")
-		}
-		return []Action{TypeText{Text: a.text}}, nil
-
-	case "keypress":
-		if !a.hasKeys || len(a.keys) == 0 {
-			return nil, fieldErr("keys", ErrUnknownKey, "must be a non-empty array of key names such as [\"CTRL\", \"C\"]")
-		}
-		var keys []Key
-		for i, n := range a.keys {
-			k, err := parseOpenAIKey(n)
-			if err != nil {
-				return nil, withPrefix(fmt.Sprintf("keys[%d]", i), err)
-			}
-			keys = append(keys, k)
-		}
-		a := KeyPress{Keys: keys}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []Action{a}, nil
-
-	case "scroll":
-		at, err := a.point()
-		if err != nil {
-			return nil, err
-		}
-		sx, err := intField("scroll_x", a.scroll[0], false)
-		if err != nil && a.scroll[0].Raw() != "" {
-			return nil, err
-		}
-		sy, err := intField("scroll_y", a.scroll[1], false)
-		if err != nil && a.scroll[1].Raw() != "" {
-			return nil, err
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		var acts []Action
-		if s, ok := pixelScroll(at, sy, ScrollDown, ScrollUp, mods); ok {
-			acts = append(acts, s)
-		}
-		if s, ok := pixelScroll(at, sx, ScrollRight, ScrollLeft, mods); ok {
-			acts = append(acts, s)
-		}
-		if len(acts) == 0 {
-			return nil, fieldErr("scroll_y", nil, "scroll_x and scroll_y are both 0 or absent: nothing to scroll")
-		}
-		return acts, nil
-
-	case "drag":
-		if !a.hasPath || len(a.path) < 2 {
-			return nil, fieldErr("path", nil, "must be an array of at least two {\"x\":..,\"y\":..} points")
-		}
-		if len(a.path) > MaxDragVia+2 {
-			return nil, limitErr("path", MaxDragVia+2, fmt.Sprintf("at most %d points, got %d", MaxDragVia+2, len(a.path)))
-		}
-		pts := make([]Point, len(a.path))
-		for i, p := range a.path {
-			f := fmt.Sprintf("path[%d].", i)
-			x, err := intField(f+"x", p.x, true)
-			if err != nil {
-				return nil, err
-			}
-			y, err := intField(f+"y", p.y, true)
-			if err != nil {
-				return nil, err
-			}
-			pts[i] = Point{X: x, Y: y}
-		}
-		mods, err := a.heldKeys()
-		if err != nil {
-			return nil, err
-		}
-		var via []Point
-		if len(pts) > 2 {
-			via = pts[1 : len(pts)-1]
-		}
-		return []Action{Drag{From: &pts[0], Via: via, To: pts[len(pts)-1], Button: ButtonLeft, Modifiers: mods}}, nil
+func (a openAIAction) translate() ([]actions.Action, error) {
+	if t, ok := openAITranslators[a.typ]; ok {
+		return t(a)
 	}
-	return nil, oneOfErr("type", ErrUnsupportedAction, openAIActions, fmt.Sprintf("action %q is not implemented", a.typ))
+	return nil, actions.OneOf("type", actions.ErrUnsupportedAction, openAIActions, fmt.Sprintf("action %q is not implemented", a.typ))
+}
+
+// click is click (any button) and double_click (left).
+func (a openAIAction) click() ([]actions.Action, error) {
+	at, err := a.point()
+	if err != nil {
+		return nil, err
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	if a.typ == "double_click" {
+		return []actions.Action{actions.Click{At: at, Button: actions.ButtonLeft, Count: 2, Modifiers: mods}}, nil
+	}
+	b := map[string]actions.Button{"": actions.ButtonLeft, "left": actions.ButtonLeft, "right": actions.ButtonRight, "wheel": actions.ButtonMiddle,
+		"middle": actions.ButtonMiddle, "back": actions.ButtonBack, "forward": actions.ButtonForward}
+	button, ok := b[strings.ToLower(a.button)]
+	if !ok {
+		return nil, actions.OneOf("button", nil, openAIButtons, fmt.Sprintf("must be left, right, wheel, back or forward, got %q", a.button))
+	}
+	return []actions.Action{actions.Click{At: at, Button: button, Count: 1, Modifiers: mods}}, nil
+}
+
+// move holds keys around the move.
+func (a openAIAction) move() ([]actions.Action, error) {
+	at, err := a.point()
+	if err != nil {
+		return nil, err
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	if len(mods) == 0 {
+		return []actions.Action{actions.Move{To: *at}}, nil
+	}
+	return []actions.Action{actions.KeyDown{Keys: mods}, actions.Move{To: *at}, actions.KeyUp{Keys: mods}}, nil
+}
+
+func (a openAIAction) typeText() ([]actions.Action, error) {
+	if !a.hasText {
+		return nil, actions.Invalid("text", nil, "required for type")
+	}
+	return []actions.Action{actions.TypeText{Text: a.text}}, nil
+}
+
+func (a openAIAction) keypress() ([]actions.Action, error) {
+	if !a.hasKeys || len(a.keys) == 0 {
+		return nil, actions.Invalid("keys", actions.ErrUnknownKey, "must be a non-empty array of key names such as [\"CTRL\", \"C\"]")
+	}
+	var keys []actions.Key
+	for i, n := range a.keys {
+		k, err := parseOpenAIKey(n)
+		if err != nil {
+			return nil, actions.WithPrefix(actions.Elem("keys", i), err)
+		}
+		keys = append(keys, k)
+	}
+	kp := actions.KeyPress{Keys: keys}
+	if err := kp.Validate(); err != nil {
+		return nil, err
+	}
+	return []actions.Action{kp}, nil
+}
+
+// wheel turns scroll_x/scroll_y pixels into wheel clicks, vertical first.
+func (a openAIAction) wheel() ([]actions.Action, error) {
+	at, err := a.point()
+	if err != nil {
+		return nil, err
+	}
+	sx, err := intField("scroll_x", a.scroll[0], false)
+	if err != nil && a.scroll[0].Raw() != "" {
+		return nil, err
+	}
+	sy, err := intField("scroll_y", a.scroll[1], false)
+	if err != nil && a.scroll[1].Raw() != "" {
+		return nil, err
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	var acts []actions.Action
+	if s, ok := pixelScroll(at, sy, actions.ScrollDown, actions.ScrollUp, mods); ok {
+		acts = append(acts, s)
+	}
+	if s, ok := pixelScroll(at, sx, actions.ScrollRight, actions.ScrollLeft, mods); ok {
+		acts = append(acts, s)
+	}
+	if len(acts) == 0 {
+		return nil, actions.Invalid("scroll_y", nil, "scroll_x and scroll_y are both 0 or absent: nothing to scroll")
+	}
+	return acts, nil
+}
+
+// drag presses at the path's first point, moves through the others and
+// releases at the last.
+func (a openAIAction) drag() ([]actions.Action, error) {
+	if !a.hasPath || len(a.path) < 2 {
+		return nil, actions.Invalid("path", nil, "must be an array of at least two {\"x\":..,\"y\":..} points")
+	}
+	if len(a.path) > actions.MaxDragVia+2 {
+		return nil, actions.TooLarge("path", actions.MaxDragVia+2, fmt.Sprintf("at most %d points, got %d", actions.MaxDragVia+2, len(a.path)))
+	}
+	pts := make([]actions.Point, len(a.path))
+	for i, p := range a.path {
+		x, err := intField("x", p.x, true)
+		if err != nil {
+			return nil, actions.WithPrefix(actions.Elem("path", i), err)
+		}
+		y, err := intField("y", p.y, true)
+		if err != nil {
+			return nil, actions.WithPrefix(actions.Elem("path", i), err)
+		}
+		pts[i] = actions.Point{X: x, Y: y}
+	}
+	mods, err := a.heldKeys()
+	if err != nil {
+		return nil, err
+	}
+	var via []actions.Point
+	if len(pts) > 2 {
+		via = pts[1 : len(pts)-1]
+	}
+	return []actions.Action{actions.Drag{From: &pts[0], Via: via, To: pts[len(pts)-1], Button: actions.ButtonLeft, Modifiers: mods}}, nil
 }
 
 // agentField names an executor field of n (one of the neutral actions a
 // translated to) in a's own fields.
-func (a openAIAction) agentField(n Action, f string) string {
-	base, rest, _ := strings.Cut(f, ".")
-	switch base {
+func (a openAIAction) agentField(n actions.Action, f fielderr.Path) fielderr.Path {
+	switch f.Base() {
 	case "modifiers", "keys":
-		return "keys"
+		return fielderr.Name("keys")
 	case "kind", "count", "":
-		return "type"
+		return fielderr.Name("type")
 	case "amount", "direction":
-		if s, ok := n.(Scroll); ok && (s.Direction == ScrollLeft || s.Direction == ScrollRight) {
-			return "scroll_x"
+		if s, ok := n.(actions.Scroll); ok && (s.Direction == actions.ScrollLeft || s.Direction == actions.ScrollRight) {
+			return fielderr.Name("scroll_x")
 		}
-		return "scroll_y"
+		return fielderr.Name("scroll_y")
 	}
-	if a.typ == "drag" {
-		last := fmt.Sprintf("path[%d]", len(a.path)-1)
-		switch {
-		case base == "x" || base == "y":
-			return last + "." + base
-		case base == "from":
-			if rest != "" {
-				return "path[0]." + rest
-			}
-			return "path[0]"
-		case strings.HasPrefix(base, "via["):
-			var k int
-			if _, err := fmt.Sscanf(base, "via[%d]", &k); err == nil {
-				if rest != "" {
-					return fmt.Sprintf("path[%d].%s", k+1, rest)
-				}
-				return fmt.Sprintf("path[%d]", k+1)
-			}
+	if a.typ != "drag" {
+		return f
+	}
+	// A drag's path: from is path[0], via[k] is path[k+1], the end (x, y)
+	// is the last point.
+	path := fielderr.Name("path")
+	_, rest, _ := f.Head()
+	switch f.Base() {
+	case "x", "y":
+		return path.Index(len(a.path) - 1).Join(f)
+	case "from":
+		return path.Index(0).Join(rest)
+	case "via":
+		if k, rest, ok := rest.Head(); ok && k.Name == "" {
+			return path.Index(k.Index + 1).Join(rest)
 		}
 	}
 	return f
@@ -532,7 +551,7 @@ func (a openAIAction) agentField(n Action, f string) string {
 
 // pixelScroll turns a pixel offset into a scroll action; pos/neg are the
 // directions of positive and negative offsets.
-func pixelScroll(at *Point, px int, pos, neg Direction, mods []Key) (Action, bool) {
+func pixelScroll(at *actions.Point, px int, pos, neg actions.Direction, mods []actions.Key) (actions.Action, bool) {
 	if px == 0 {
 		return nil, false
 	}
@@ -541,8 +560,8 @@ func pixelScroll(at *Point, px int, pos, neg Direction, mods []Key) (Action, boo
 		dir = neg
 	}
 	n := int(math.Round(math.Abs(float64(px)) / OpenAIScrollPixelsPerClick))
-	n = min(max(n, 1), MaxScrollAmount)
-	return Scroll{At: at, Direction: dir, Amount: n, Modifiers: mods}, true
+	n = min(max(n, 1), actions.MaxScrollAmount)
+	return actions.Scroll{At: at, Direction: dir, Amount: n, Modifiers: mods}, true
 }
 
 // OpenAIOutput returns the computer_call_output input item answering call
@@ -551,10 +570,10 @@ func pixelScroll(at *Point, px int, pos, neg Direction, mods []Key) (Action, boo
 // "data:image/png;base64,..."}. With ackSafety the call's pending safety
 // checks are copied into acknowledged_safety_checks; otherwise there are
 // none (see ReplyOptions.AcknowledgeSafetyChecks).
-func OpenAIOutput(call *responses.ResponseComputerToolCall, res Result, ackSafety bool) (responses.ResponseInputItemComputerCallOutputParam, error) {
+func OpenAIOutput(call *responses.ResponseComputerToolCall, res player.Result, ackSafety bool) (responses.ResponseInputItemComputerCallOutputParam, error) {
 	out := responses.ResponseInputItemComputerCallOutputParam{CallID: call.CallID}
 	if res.Image == nil {
-		return out, fmt.Errorf("computer_call_output for %s: %w: the run took no screenshot", call.CallID, ErrInvalid)
+		return out, fmt.Errorf("computer_call_output for %s: %w: the run took no screenshot", call.CallID, actions.ErrInvalid)
 	}
 	out.Output = responses.ResponseComputerToolCallOutputScreenshotParam{
 		ImageURL: openai.String("data:" + res.Image.MediaType + ";base64," + res.Image.Data),

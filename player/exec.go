@@ -1,4 +1,4 @@
-package actions
+package player
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // ExecutorConfig configures an Executor.
@@ -29,7 +32,19 @@ type ExecutorConfig struct {
 	// GuestIdle is the vCPU utilisation at or below which the guest counts
 	// as idle; 0 means DefaultGuestIdle.
 	GuestIdle float64
+	// Sleep replaces the pauses of pacing and of wait actions; nil means
+	// real sleeps. Tests pass a virtual clock (playertest.Display.Sleep).
+	Sleep func(ctx context.Context, d time.Duration) error
 }
+
+// Runner plays actions: *Executor implements it. The vocabularies
+// (vocab.Call.Run) take a Runner so the desk can put its own session object
+// in front.
+type Runner interface {
+	Run(ctx context.Context, acts []actions.Action, opts RunOptions) (Result, error)
+}
+
+var _ Runner = (*Executor)(nil)
 
 // Executor plays actions onto one Display for one session. It owns the
 // input state that lasts across requests: buttons and keys the agent holds
@@ -73,6 +88,9 @@ func NewExecutor(d Display, cfg ExecutorConfig) (*Executor, error) {
 	if e.idle <= 0 {
 		e.idle = DefaultGuestIdle
 	}
+	if cfg.Sleep != nil {
+		e.pace.sleep = cfg.Sleep
+	}
 	e.in = input{d: d, pace: e.pace}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -98,7 +116,7 @@ func (e *Executor) Scaler() *Scaler {
 }
 
 // Held returns the keys and buttons held across requests.
-func (e *Executor) Held() (keys []string, buttons []Button) {
+func (e *Executor) Held() (keys []string, buttons []actions.Button) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.in.heldNames()
@@ -114,12 +132,12 @@ func (e *Executor) Release() error {
 // step is an Action resolved for playing: positions in native pixels, the
 // button as a mask bit, typed text as keys.
 type step struct {
-	act  Action
+	act  actions.Action
 	at   *image.Point // native; nil means the pointer's position
 	from *image.Point
 	via  []image.Point
-	bit  uint8 // button or wheel mask bit
-	keys []Key // the typed sequence of TypeText over the display
+	bit  uint8         // button or wheel mask bit
+	keys []actions.Key // the typed sequence of TypeText over the display
 
 	guestText bool // TypeText through GuestInput
 	xbutton   int  // X button clicked through GuestInput (6-9); 0: none
@@ -130,12 +148,12 @@ type step struct {
 // order, settles, and captures what the options ask for. On a failure while
 // playing it returns the partial Result with the error, which names the
 // action.
-func (e *Executor) Run(ctx context.Context, acts []Action, opts RunOptions) (Result, error) {
+func (e *Executor) Run(ctx context.Context, acts []actions.Action, opts RunOptions) (Result, error) {
 	var res Result
 	if err := opts.Validate(); err != nil {
 		return res, err
 	}
-	if err := checkCount(len(acts)); err != nil {
+	if err := actions.CheckCount(len(acts)); err != nil {
 		return res, err
 	}
 	e.mu.Lock()
@@ -187,44 +205,44 @@ func (e *Executor) refreshScaler() {
 }
 
 // plan validates the actions and resolves them into steps.
-func (e *Executor) plan(acts []Action) ([]step, error) {
+func (e *Executor) plan(acts []actions.Action) ([]step, error) {
 	steps := make([]step, len(acts))
 	for i, a := range acts {
 		st, err := e.planOne(a)
 		if err != nil {
-			return nil, withPrefix(fmt.Sprintf("actions[%d].", i), err)
+			return nil, actions.WithPrefix(actions.Elem("actions", i), err)
 		}
 		steps[i] = st
 	}
 	return steps, nil
 }
 
-func (e *Executor) planOne(a Action) (step, error) {
+func (e *Executor) planOne(a actions.Action) (step, error) {
 	st := step{act: a}
 	if a == nil {
-		return st, fieldErr("kind", ErrUnsupportedAction, "nil action")
+		return st, actions.Invalid("kind", actions.ErrUnsupportedAction, "nil action")
 	}
 	if err := a.Validate(); err != nil {
 		return st, err
 	}
-	native := func(field string, p *Point) (*image.Point, error) {
+	native := func(field fielderr.Path, p *actions.Point) (*image.Point, error) {
 		if p == nil {
 			return nil, nil
 		}
 		x, y, err := e.scaler.ToNative(p.X, p.Y)
 		if err != nil {
-			return nil, renamed(err, field)
+			return nil, fielderr.Rename(err, func(fielderr.Path) fielderr.Path { return field })
 		}
 		return &image.Point{X: x, Y: y}, nil
 	}
-	button := func(b Button) (err error) {
+	button := func(b actions.Button) (err error) {
 		st.bit, err = buttonMask(b)
 		return err
 	}
-	guestButton := func(b Button) error {
-		n := map[Button]int{ButtonBack: XButtonBack, ButtonForward: XButtonForward}[b]
+	guestButton := func(b actions.Button) error {
+		n := map[actions.Button]int{actions.ButtonBack: XButtonBack, actions.ButtonForward: XButtonForward}[b]
 		if e.guest == nil {
-			return fieldErr("button", ErrUnsupportedButton, fmt.Sprintf(
+			return actions.Invalid("button", actions.ErrUnsupportedButton, fmt.Sprintf(
 				"%s is X button %d, which QEMU's VNC pointer event cannot carry; it needs the guest input "+
 					"path (the desktop session's agent), which this desk does not have; for history "+
 					"navigation press alt+Left or alt+Right", b, n))
@@ -232,83 +250,83 @@ func (e *Executor) planOne(a Action) (step, error) {
 		st.xbutton = n
 		return nil
 	}
-	holdable := func(b Button) error {
-		if b == ButtonBack || b == ButtonForward {
-			return fieldErr("button", ErrUnsupportedButton, fmt.Sprintf(
+	holdable := func(b actions.Button) error {
+		if b == actions.ButtonBack || b == actions.ButtonForward {
+			return actions.Invalid("button", actions.ErrUnsupportedButton, fmt.Sprintf(
 				"%s can be clicked but not held: it reaches the guest only as a whole click", b))
 		}
 		return button(b)
 	}
 	var err error
 	switch a := a.(type) {
-	case Move:
-		st.at, err = native("x", &a.To)
-	case MoveBy:
+	case actions.Move:
+		st.at, err = native(fielderr.Name("x"), &a.To)
+	case actions.MoveBy:
 		if _, err = e.in.pos(nil); err != nil { // known before anything is sent
-			return st, fieldErr("dx", ErrPointerUnknown, err.Error())
+			return st, actions.Invalid("dx", actions.ErrPointerUnknown, err.Error())
 		}
-	case ButtonDown:
-		st.at, err = native("x", a.At)
+	case actions.ButtonDown:
+		st.at, err = native(fielderr.Name("x"), a.At)
 		err = firstErr(err, holdable(a.Button))
-	case ButtonUp:
-		st.at, err = native("x", a.At)
+	case actions.ButtonUp:
+		st.at, err = native(fielderr.Name("x"), a.At)
 		err = firstErr(err, holdable(a.Button))
-	case Click:
-		st.at, err = native("x", a.At)
-		if a.Button == ButtonBack || a.Button == ButtonForward {
+	case actions.Click:
+		st.at, err = native(fielderr.Name("x"), a.At)
+		if a.Button == actions.ButtonBack || a.Button == actions.ButtonForward {
 			err = firstErr(err, guestButton(a.Button))
 		} else {
 			err = firstErr(err, button(a.Button))
 		}
-	case Drag:
-		if st.at, err = native("x", &a.To); err != nil {
+	case actions.Drag:
+		if st.at, err = native(fielderr.Name("x"), &a.To); err != nil {
 			return st, err
 		}
-		if st.from, err = native("from", a.From); err != nil {
+		if st.from, err = native(fielderr.Name("from"), a.From); err != nil {
 			return st, err
 		}
 		for i := range a.Via {
-			v, err := native(fmt.Sprintf("via[%d]", i), &a.Via[i])
+			v, err := native(actions.Elem("via", i), &a.Via[i])
 			if err != nil {
 				return st, err
 			}
 			st.via = append(st.via, *v)
 		}
 		err = holdable(a.Button)
-	case Scroll:
-		st.at, err = native("x", a.At)
+	case actions.Scroll:
+		st.at, err = native(fielderr.Name("x"), a.At)
 		switch a.Direction {
-		case ScrollLeft, ScrollRight:
+		case actions.ScrollLeft, actions.ScrollRight:
 			if e.guest == nil {
-				return st, fieldErr("direction", ErrUnsupportedButton, fmt.Sprintf(
+				return st, actions.Invalid("direction", actions.ErrUnsupportedButton, fmt.Sprintf(
 					"scrolling %s is X button %d, which QEMU's VNC pointer event cannot carry; it needs the "+
 						"guest input path (the desktop session's agent), which this desk does not have; "+
 						"shift with a vertical scroll scrolls sideways in most browsers and editors",
-					a.Direction, map[Direction]int{ScrollLeft: XButtonWheelLeft, ScrollRight: XButtonWheelRight}[a.Direction]))
+					a.Direction, map[actions.Direction]int{actions.ScrollLeft: XButtonWheelLeft, actions.ScrollRight: XButtonWheelRight}[a.Direction]))
 			}
-			st.xbutton = map[Direction]int{ScrollLeft: XButtonWheelLeft, ScrollRight: XButtonWheelRight}[a.Direction]
+			st.xbutton = map[actions.Direction]int{actions.ScrollLeft: XButtonWheelLeft, actions.ScrollRight: XButtonWheelRight}[a.Direction]
 		default:
 			st.bit = wheelMask(a.Direction)
 		}
-	case TypeText:
+	case actions.TypeText:
 		switch {
-		case asciiTypable(a.Text):
+		case actions.ASCIITypable(a.Text):
 			st.keys, err = textKeys(a.Text)
 		case e.guest != nil:
 			st.guestText = true
 		default:
-			err = withPrefix("text", checkTypable(a.Text))
+			err = actions.WithPrefix(fielderr.Name("text"), actions.CheckTypable(a.Text))
 		}
-	case ClipboardGet, ClipboardSet:
+	case actions.ClipboardGet, actions.ClipboardSet:
 		if e.guest == nil {
-			err = fieldErr("kind", ErrUnsupportedAction, fmt.Sprintf("%s needs the guest input path "+
+			err = actions.Invalid("kind", actions.ErrUnsupportedAction, fmt.Sprintf("%s needs the guest input path "+
 				"(the desktop session's agent), which this desk does not have", a.Kind()))
 		}
-	case Zoom:
+	case actions.Zoom:
 		var r image.Rectangle
 		if r, err = e.scaler.RegionToNative(a.Region); err == nil {
 			w, h := e.scaler.ZoomSize(r.Dx(), r.Dy(), a.Width, a.Height)
-			err = checkZoomArea(w, h)
+			err = actions.CheckZoomArea(w, h)
 		}
 	}
 	return st, err
@@ -316,15 +334,15 @@ func (e *Executor) planOne(a Action) (step, error) {
 
 // textKeys returns the key sequence that types text: one key per character,
 // \r\n as one Return.
-func textKeys(text string) ([]Key, error) {
-	keys := make([]Key, 0, len(text))
+func textKeys(text string) ([]actions.Key, error) {
+	keys := make([]actions.Key, 0, len(text))
 	for i, r := range text {
 		if r == '\r' && i+1 < len(text) && text[i+1] == '\n' {
 			continue
 		}
-		k, err := KeyForRune(r)
+		k, err := actions.KeyForRune(r)
 		if err != nil {
-			return nil, withPrefix("text", err)
+			return nil, actions.WithPrefix(fielderr.Name("text"), err)
 		}
 		keys = append(keys, k)
 	}
@@ -342,11 +360,11 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 		kind := st.act.Kind()
 		if err := ctx.Err(); err != nil {
 			*inputFailed = true // cancelled between steps: the agent's plan is cut short
-			return &StepError{Index: i, Kind: kind, Err: err}
+			return &actions.StepError{Index: i, Kind: kind, Err: err}
 		}
 		var err error
 		switch a := st.act.(type) {
-		case CursorPosition:
+		case actions.CursorPosition:
 			var p image.Point
 			if p, err = e.in.pos(nil); err == nil {
 				sx, sy := e.scaler.FromNative(p.X, p.Y)
@@ -354,23 +372,23 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 					res.Text += "\n"
 				}
 				res.Text += fmt.Sprintf("X=%d,Y=%d", sx, sy)
-				res.Cursor = &Point{X: sx, Y: sy}
+				res.Cursor = &image.Point{X: sx, Y: sy}
 			}
-		case Screenshot:
+		case actions.Screenshot:
 			res.Image, err = c.shot(ctx, e, nil)
 			lastShot = true
-		case ClipboardGet:
+		case actions.ClipboardGet:
 			var text string
 			if text, err = e.guest.ClipboardGet(ctx); err == nil {
 				res.Clipboard = &text
 			} else {
-				err = fmt.Errorf("%w: %w", ErrGuest, err)
+				err = fmt.Errorf("%w: %w", actions.ErrGuest, err)
 			}
-		case ClipboardSet:
+		case actions.ClipboardSet:
 			if err = e.guest.ClipboardSet(ctx, a.Text); err != nil {
-				err = fmt.Errorf("%w: %w", ErrGuest, err)
+				err = fmt.Errorf("%w: %w", actions.ErrGuest, err)
 			}
-		case Zoom:
+		case actions.Zoom:
 			res.Image, err = c.shot(ctx, e, &a)
 			lastShot = false
 		default:
@@ -380,14 +398,14 @@ func (e *Executor) play(ctx context.Context, steps []step, opts RunOptions, res 
 			}
 		}
 		if err != nil {
-			return &StepError{Index: i, Kind: kind, Err: err}
+			return &actions.StepError{Index: i, Kind: kind, Err: err}
 		}
 		res.Executed = i + 1
 	}
 	take := false
-	switch opts.policy() {
+	switch opts.Policy() {
 	case ScreenshotAuto:
-		take = len(steps) == 0 || !observation(steps[len(steps)-1].act)
+		take = len(steps) == 0 || !actions.IsObservation(steps[len(steps)-1].act)
 	case ScreenshotAlways:
 		take = !lastShot || len(steps) == 0
 	}
@@ -416,10 +434,10 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 	}()
 	switch a := st.act.(type) {
-	case Move:
+	case actions.Move:
 		return in.pointer(ctx, *st.at, in.buttons)
 
-	case MoveBy:
+	case actions.MoveBy:
 		pos, err := in.pos(nil)
 		if err != nil {
 			return err
@@ -433,7 +451,7 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 		return in.pointer(ctx, image.Point{X: nx, Y: ny}, in.buttons)
 
-	case ButtonDown, ButtonUp:
+	case actions.ButtonDown, actions.ButtonUp:
 		pos, err := in.pos(st.at)
 		if err != nil {
 			return err
@@ -443,12 +461,12 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 				return err
 			}
 		}
-		if _, down := a.(ButtonDown); down {
+		if _, down := a.(actions.ButtonDown); down {
 			return in.holdButton(ctx, pos, st.bit)
 		}
 		return in.unholdButton(ctx, pos, st.bit)
 
-	case Click:
+	case actions.Click:
 		pos, err := in.approach(ctx, &own, st.at, a.Modifiers)
 		if err != nil {
 			return err
@@ -474,7 +492,7 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 		return nil
 
-	case Drag:
+	case actions.Drag:
 		start, err := in.approach(ctx, &own, st.from, a.Modifiers)
 		if err != nil {
 			return err
@@ -498,7 +516,7 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 		return in.releaseButton(ctx, &own, *st.at, st.bit)
 
-	case Scroll:
+	case actions.Scroll:
 		pos, err := in.approach(ctx, &own, st.at, a.Modifiers)
 		if err != nil {
 			return err
@@ -521,19 +539,19 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 		return nil
 
-	case KeyPress:
+	case actions.KeyPress:
 		return in.pressChord(ctx, &own, a.Keys)
 
-	case HoldKey:
+	case actions.HoldKey:
 		if err := in.pressChord(ctx, &own, a.Keys); err != nil {
 			return err
 		}
 		return e.pace.pause(ctx, a.Duration)
 
-	case KeyDown:
+	case actions.KeyDown:
 		for _, k := range a.Keys {
 			if k.Shift && !in.shiftHeld(nil) {
-				if err := in.holdKey(ctx, shiftKey); err != nil {
+				if err := in.holdKey(ctx, actions.ShiftKey()); err != nil {
 					return err
 				}
 			}
@@ -543,39 +561,39 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 		return nil
 
-	case KeyUp:
+	case actions.KeyUp:
 		for i := len(a.Keys) - 1; i >= 0; i-- {
 			k := a.Keys[i]
 			if err := in.unholdKey(ctx, k); err != nil {
 				return err
 			}
 			if k.Shift {
-				if err := in.unholdIfHeld(ctx, shiftKey); err != nil {
+				if err := in.unholdIfHeld(ctx, actions.ShiftKey()); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 
-	case TypeText:
+	case actions.TypeText:
 		if st.guestText {
 			if err := e.pace.before(ctx, devGuest); err != nil {
 				return err
 			}
 			if err := e.guest.TypeText(ctx, a.Text); err != nil {
-				return fmt.Errorf("type through the guest: %w: %w", ErrGuest, err)
+				return fmt.Errorf("type through the guest: %w: %w", actions.ErrGuest, err)
 			}
 			return nil
 		}
 		shifted := false // Shift pressed by this action for the current run of characters
 		for _, k := range st.keys {
 			if k.Shift && !shifted && !in.shiftHeld(nil) {
-				if err := in.press(ctx, &own, shiftKey); err != nil {
+				if err := in.press(ctx, &own, actions.ShiftKey()); err != nil {
 					return err
 				}
 				shifted = true
 			} else if !k.Shift && shifted {
-				if err := in.releaseOwn(ctx, &own, shiftKey); err != nil {
+				if err := in.releaseOwn(ctx, &own, actions.ShiftKey()); err != nil {
 					return err
 				}
 				shifted = false
@@ -586,10 +604,10 @@ func (e *Executor) playInput(ctx context.Context, st *step) (err error) {
 		}
 		return nil
 
-	case Wait:
+	case actions.Wait:
 		return e.pace.pause(ctx, a.Duration)
 	}
-	return fmt.Errorf("%w: kind %q cannot be played", ErrInvalid, st.act.Kind())
+	return fmt.Errorf("%w: kind %q cannot be played", actions.ErrInvalid, st.act.Kind())
 }
 
 // guestButton clicks X button n count times at native pos through GuestInput,
@@ -599,7 +617,7 @@ func (e *Executor) guestButton(ctx context.Context, n int, pos image.Point, coun
 		return err
 	}
 	if err := e.guest.Button(ctx, n, pos.X, pos.Y, count); err != nil {
-		return fmt.Errorf("button %d x%d at (%d,%d) through the guest: %w: %w", n, count, pos.X, pos.Y, ErrGuest, err)
+		return fmt.Errorf("button %d x%d at (%d,%d) through the guest: %w: %w", n, count, pos.X, pos.Y, actions.ErrGuest, err)
 	}
 	return nil
 }
@@ -629,4 +647,13 @@ func dragPath(start image.Point, via []image.Point, end image.Point, stepPx int)
 		prev = q
 	}
 	return out
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

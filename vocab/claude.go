@@ -1,4 +1,4 @@
-package actions
+package vocab
 
 import (
 	"bytes"
@@ -11,6 +11,10 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // ClaudeVersion is the type of a Claude computer-use tool, which fixes the
@@ -81,7 +85,7 @@ type ClaudeTool struct {
 
 // NewClaudeTool returns the tool definition of version for screenshots of
 // the scaler's size.
-func NewClaudeTool(v ClaudeVersion, s *Scaler) ClaudeTool {
+func NewClaudeTool(v ClaudeVersion, s *player.Scaler) ClaudeTool {
 	w, h := s.ScreenshotSize()
 	return ClaudeTool{Type: v, Name: "computer", DisplayWidthPx: w, DisplayHeightPx: h,
 		EnableZoom: v == Computer20251124}
@@ -108,36 +112,49 @@ var toolsetExtra = map[string][]string{
 }
 
 // MaxKeyRepeat bounds the repeat of a toolset key action.
-const MaxKeyRepeat = MaxActions
+const MaxKeyRepeat = actions.MaxActions
 
 // claudeSpec says which fields an action takes: required, optional (from
-// which version), anything else is refused.
+// which version), anything else is refused; and how it translates.
 type claudeSpec struct {
 	required []string
 	optional []string
 	// since20250124 are optional fields the 2024-10-22 tool does not take
 	// (clicks took neither a coordinate nor modifiers then).
 	since20250124 []string
+	// translate maps the checked input onto neutral actions.
+	translate func(c claudeCall) ([]actions.Action, error)
 }
 
 var claudeSpecs = map[string]claudeSpec{
-	"key":             {required: []string{"text"}},
-	"type":            {required: []string{"text"}},
-	"mouse_move":      {required: []string{"coordinate"}},
-	"left_click":      {since20250124: []string{"coordinate", "text"}},
-	"right_click":     {since20250124: []string{"coordinate", "text"}},
-	"middle_click":    {since20250124: []string{"coordinate", "text"}},
-	"double_click":    {since20250124: []string{"coordinate", "text"}},
-	"triple_click":    {since20250124: []string{"coordinate", "text"}},
-	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}},
-	"screenshot":      {},
-	"cursor_position": {},
-	"left_mouse_down": {optional: []string{"coordinate"}},
-	"left_mouse_up":   {optional: []string{"coordinate"}},
-	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}},
-	"hold_key":        {required: []string{"text", "duration"}},
-	"wait":            {required: []string{"duration"}},
-	"zoom":            {required: []string{"region"}},
+	"key":             {required: []string{"text"}, translate: claudeKey},
+	"type":            {required: []string{"text"}, translate: claudeType},
+	"mouse_move":      {required: []string{"coordinate"}, translate: claudeMove},
+	"left_click":      {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 1)},
+	"right_click":     {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonRight, 1)},
+	"middle_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonMiddle, 1)},
+	"double_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 2)},
+	"triple_click":    {since20250124: []string{"coordinate", "text"}, translate: claudeClick(actions.ButtonLeft, 3)},
+	"left_click_drag": {required: []string{"coordinate", "start_coordinate"}, translate: claudeDrag},
+	"screenshot":      {translate: constant[claudeCall](actions.Screenshot{})},
+	"cursor_position": {translate: constant[claudeCall](actions.CursorPosition{})},
+	"left_mouse_down": {optional: []string{"coordinate"}, translate: claudeMouseDown},
+	"left_mouse_up":   {optional: []string{"coordinate"}, translate: claudeMouseUp},
+	"scroll":          {required: []string{"scroll_direction", "scroll_amount"}, optional: []string{"coordinate", "text"}, translate: claudeScroll},
+	"hold_key":        {required: []string{"text", "duration"}, translate: claudeHoldKey},
+	"wait":            {required: []string{"duration"}, translate: claudeWait},
+	"zoom":            {required: []string{"region"}, translate: claudeZoom},
+}
+
+// claudeCall is one checked Claude input, as the translate functions of
+// claudeSpecs read it.
+type claudeCall struct {
+	in claudeInput
+	// at is the coordinate, if the input has one.
+	at *actions.Point
+	// toolset is a computer_toolset_20260801 member (durations are whole
+	// seconds).
+	toolset bool
 }
 
 // claudeInput is the decoded tool input: field name to raw JSON, JSON nulls
@@ -175,14 +192,14 @@ type claudeInput map[string]json.RawMessage
 //     derived from the API documentation allow one, and its meaning is plain).
 //   - zoom: region [x0, y0, x1, y1] in screenshot coordinates, returned at the
 //     screenshot size.
-func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
+func TranslateClaude(v ClaudeVersion, input []byte) ([]actions.Action, error) {
 	if v == ComputerToolset20260801 {
-		return nil, fmt.Errorf("%s: %w", v, oneOfErr("tool", ErrUnsupportedAction, claudeToolNames(),
+		return nil, fmt.Errorf("%s: %w", v, actions.OneOf("tool", actions.ErrUnsupportedAction, claudeToolNames(),
 			"the toolset's actions arrive as tool_use blocks named by the action; use TranslateToolset or RunToolset"))
 	}
 	acts, err := translateClaude(v, "", input)
 	if err == nil {
-		err = validateAll(acts)
+		err = actions.ValidateAll(acts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", v, err)
@@ -201,10 +218,10 @@ func TranslateClaude(v ClaudeVersion, input []byte) ([]Action, error) {
 //
 // Errors name the block's own fields ("coordinate", "repeat"); an unknown
 // action names "name".
-func TranslateToolset(name string, input []byte) ([]Action, error) {
+func TranslateToolset(name string, input []byte) ([]actions.Action, error) {
 	acts, err := translateClaude(ComputerToolset20260801, name, input)
 	if err == nil {
-		err = validateAll(acts)
+		err = actions.ValidateAll(acts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", ComputerToolset20260801, name, err)
@@ -222,49 +239,77 @@ func claudeToolNames() []string {
 }
 
 // translateClaude translates a single-tool input (member "", the action in
-// the input's action field) or a toolset member's input.
-func translateClaude(v ClaudeVersion, member string, input []byte) ([]Action, error) {
-	toolset := v == ComputerToolset20260801
+// the input's action field) or a toolset member's input: it names the
+// action, checks the input's fields against the action's spec, then
+// translates.
+func translateClaude(v ClaudeVersion, member string, input []byte) ([]actions.Action, error) {
 	accepted := v.Actions()
 	if accepted == nil {
 		names := claudeToolNames()
-		return nil, oneOfErr("tool", ErrUnsupportedAction, names,
+		return nil, actions.OneOf("tool", actions.ErrUnsupportedAction, names,
 			fmt.Sprintf("unknown computer tool version %q; supported are %s", v, strings.Join(names, ", ")))
 	}
 	in, err := decodeClaudeInput(input)
 	if err != nil {
 		return nil, err
 	}
+	action, err := claudeActionOf(v, member, in, accepted)
+	if err != nil {
+		return nil, err
+	}
+	spec, ok := claudeSpecs[action]
+	if !ok {
+		return nil, actions.Invalid("action", actions.ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", action))
+	}
+	if err := checkClaudeFields(v, action, spec, in); err != nil {
+		return nil, err
+	}
+	c := claudeCall{in: in, toolset: v == ComputerToolset20260801}
+	if _, ok := in["coordinate"]; ok {
+		if c.at, err = claudeCoordinate(in, "coordinate"); err != nil {
+			return nil, err
+		}
+	}
+	return spec.translate(c)
+}
+
+// claudeActionOf names the action of an input: the toolset member, or the
+// input's action field; it must be one v accepts.
+func claudeActionOf(v ClaudeVersion, member string, in claudeInput, accepted []string) (string, error) {
+	toolset := v == ComputerToolset20260801
 	var action string
-	actionField := "action"
 	if toolset {
-		actionField = "name"
 		if _, ok := in["action"]; ok {
-			return nil, fieldErr("action", nil, "a toolset input has no action field: the tool_use block's name is the action")
+			return "", actions.Invalid("action", nil, "a toolset input has no action field: the tool_use block's name is the action")
 		}
 		action = member
 	} else {
 		raw, ok := in["action"]
 		if !ok {
-			return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
+			return "", actions.OneOf("action", actions.ErrUnsupportedAction, accepted, "missing; accepted actions are "+strings.Join(accepted, ", "))
 		}
 		if err := json.Unmarshal(raw, &action); err != nil {
-			return nil, oneOfErr("action", ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
+			return "", actions.OneOf("action", actions.ErrUnsupportedAction, accepted, "must be a string; accepted actions are "+strings.Join(accepted, ", "))
 		}
 	}
-	if !slices.Contains(accepted, action) {
-		if toolset {
-			return nil, oneOfErr(actionField, ErrUnsupportedAction, accepted,
-				fmt.Sprintf("unknown computer toolset action %q; accepted are %s", action, strings.Join(accepted, ", ")))
-		}
-		msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
-		if since := addedIn(action); since != "" {
-			msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
-				action, v, since, v, strings.Join(accepted, ", "))
-		}
-		return nil, oneOfErr("action", ErrUnsupportedAction, accepted, msg)
+	if slices.Contains(accepted, action) {
+		return action, nil
 	}
-	spec := claudeSpecs[action]
+	if toolset {
+		return "", actions.OneOf("name", actions.ErrUnsupportedAction, accepted,
+			fmt.Sprintf("unknown computer toolset action %q; accepted are %s", action, strings.Join(accepted, ", ")))
+	}
+	msg := fmt.Sprintf("unknown action %q; %s accepts %s", action, v, strings.Join(accepted, ", "))
+	if since := addedIn(action); since != "" {
+		msg = fmt.Sprintf("action %q is not part of %s (it was added in %s); %s accepts %s",
+			action, v, since, v, strings.Join(accepted, ", "))
+	}
+	return "", actions.OneOf("action", actions.ErrUnsupportedAction, accepted, msg)
+}
+
+// checkClaudeFields refuses a field the action does not take in v, and a
+// missing required one.
+func checkClaudeFields(v ClaudeVersion, action string, spec claudeSpec, in claudeInput) error {
 	required, optional := spec.required, spec.optional
 	switch {
 	case v != Computer20241022:
@@ -273,7 +318,7 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]Action, er
 		required, optional = []string{"coordinate"}, []string{"start_coordinate"}
 	}
 	fields := claudeFields
-	if toolset {
+	if v == ComputerToolset20260801 {
 		optional = append(slices.Clone(optional), toolsetExtra[action]...)
 		fields = toolsetFields
 	}
@@ -287,196 +332,190 @@ func translateClaude(v ClaudeVersion, member string, input []byte) ([]Action, er
 			if f == "key" {
 				msg += " (modifiers for clicks and scrolls go in text, e.g. \"text\":\"ctrl\")"
 			}
-			return nil, fieldErr(f, nil, msg)
+			return actions.Invalid(f, nil, msg)
 		}
-		msg := fmt.Sprintf("not accepted for %s in %s (%s takes %s)", action, v, action, takesList(allowed[1:]))
+		msg := fmt.Sprintf("not accepted for %s in %s (%s takes %s)", action, v, action, actions.TakesList(allowed[1:]))
 		if v == Computer20241022 && slices.Contains(spec.since20250124, f) {
 			msg = fmt.Sprintf("not accepted for %s in %s: its clicks happen where the pointer is, without "+
 				"modifiers (move first with mouse_move); %s takes a coordinate and modifiers in text from %s",
 				action, v, action, Computer20250124)
 		}
-		return nil, fieldErr(f, nil, msg)
+		return actions.Invalid(f, nil, msg)
 	}
 	for _, f := range required {
 		if _, ok := in[f]; !ok {
-			return nil, fieldErr(f, nil, fmt.Sprintf("required for %s (%s takes %s)", action, action, takesList(allowed[1:])))
+			return actions.Invalid(f, nil, fmt.Sprintf("required for %s (%s takes %s)", action, action, actions.TakesList(allowed[1:])))
 		}
 	}
+	return nil
+}
 
-	var at *Point
-	if _, ok := in["coordinate"]; ok {
-		if at, err = claudeCoordinate(in, "coordinate"); err != nil {
-			return nil, err
-		}
+// claudeKey: text is xdotool syntax; several chords separated by spaces
+// become one key action each; a toolset's repeat plays them that often.
+func claudeKey(c claudeCall) ([]actions.Action, error) {
+	text, err := claudeText(c.in, "text")
+	if err != nil {
+		return nil, err
 	}
-
-	switch action {
-	case "key":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
-		}
-		chords := strings.Fields(text)
-		if len(chords) == 0 {
-			if text == "" {
-				return nil, fieldErr("text", ErrUnknownKey, "empty; give an xdotool key such as \"Return\" or \"ctrl+s\"")
-			}
-			chords = []string{"space"} // a bare " "
-		}
-		if n := utf8.RuneCountInString(text); n > MaxTextRunes {
-			return nil, limitErr("text", MaxTextRunes, fmt.Sprintf("at most %d characters of key text, got %d", MaxTextRunes, n))
-		}
-		var acts []Action
-		for _, c := range chords {
-			keys, err := ParseChord(c)
-			if err != nil {
-				return nil, withPrefix("text", err)
-			}
-			a := KeyPress{Keys: keys}
-			if err := a.Validate(); err != nil {
-				return nil, renamed(err, "text")
-			}
-			acts = append(acts, a)
-		}
-		if raw, ok := in["repeat"]; ok {
-			n, err := claudeInt("repeat", raw)
-			if err != nil {
-				return nil, err
-			}
-			if n < 1 || n > MaxKeyRepeat {
-				return nil, limitErr("repeat", MaxKeyRepeat, fmt.Sprintf("must be 1 to %d, got %d", MaxKeyRepeat, n))
-			}
-			if n*len(acts) > MaxActions {
-				return nil, limitErr("repeat", MaxActions, fmt.Sprintf("%d repeats of %d keys are %d key presses; at most %d",
-					n, len(acts), n*len(acts), MaxActions))
-			}
-			once := acts
-			for range n - 1 {
-				acts = append(acts, once...)
-			}
-		}
-		return acts, nil
-
-	case "type":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
-		}
+	chords := strings.Fields(text)
+	if len(chords) == 0 {
 		if text == "" {
-			return nil, fieldErr("text", nil, "empty; type needs text")
+			return nil, actions.Invalid("text", actions.ErrUnknownKey, "empty; give an xdotool key such as \"Return\" or \"ctrl+s\"")
 		}
-		a := TypeText{Text: text}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []Action{a}, nil
-
-	case "mouse_move":
-		return []Action{Move{To: *at}}, nil
-
-	case "left_click", "right_click", "middle_click", "double_click", "triple_click":
-		mods, err := claudeModifiers(in)
-		if err != nil {
-			return nil, err
-		}
-		b, n := ButtonLeft, 1
-		switch action {
-		case "right_click":
-			b = ButtonRight
-		case "middle_click":
-			b = ButtonMiddle
-		case "double_click":
-			n = 2
-		case "triple_click":
-			n = 3
-		}
-		return []Action{Click{At: at, Button: b, Count: n, Modifiers: mods}}, nil
-
-	case "left_click_drag":
-		a := Drag{To: *at, Button: ButtonLeft}
-		if _, ok := in["start_coordinate"]; ok {
-			if a.From, err = claudeCoordinate(in, "start_coordinate"); err != nil {
-				return nil, err
-			}
-		}
-		if a.Modifiers, err = claudeModifiers(in); err != nil {
-			return nil, err
-		}
-		return []Action{a}, nil
-
-	case "screenshot":
-		return []Action{Screenshot{}}, nil
-
-	case "cursor_position":
-		return []Action{CursorPosition{}}, nil
-
-	case "left_mouse_down":
-		return []Action{ButtonDown{Button: ButtonLeft, At: at}}, nil
-
-	case "left_mouse_up":
-		return []Action{ButtonUp{Button: ButtonLeft, At: at}}, nil
-
-	case "scroll":
-		var dir string
-		if err := json.Unmarshal(in["scroll_direction"], &dir); err != nil {
-			return nil, oneOfErr("scroll_direction", nil, directionNames, "must be a string: up, down, left or right")
-		}
-		switch d := Direction(dir); d {
-		case ScrollUp, ScrollDown, ScrollLeft, ScrollRight:
-		default:
-			return nil, oneOfErr("scroll_direction", nil, directionNames, fmt.Sprintf("must be up, down, left or right, got %q", dir))
-		}
-		amount, err := claudeInt("scroll_amount", in["scroll_amount"])
-		if err != nil {
-			return nil, err
-		}
-		if amount < 1 || amount > MaxScrollAmount {
-			return nil, fieldErr("scroll_amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", MaxScrollAmount, amount))
-		}
-		mods, err := claudeModifiers(in)
-		if err != nil {
-			return nil, err
-		}
-		return []Action{Scroll{At: at, Direction: Direction(dir), Amount: amount, Modifiers: mods}}, nil
-
-	case "hold_key":
-		text, err := claudeText(in, "text")
-		if err != nil {
-			return nil, err
-		}
-		keys, err := ParseChord(text)
-		if err != nil {
-			return nil, withPrefix("text", err)
-		}
-		d, err := claudeDuration(in, toolset)
-		if err != nil {
-			return nil, err
-		}
-		a := HoldKey{Keys: keys, Duration: roundMS(d)}
-		if err := a.Validate(); err != nil {
-			return nil, renamed(err, "text")
-		}
-		return []Action{a}, nil
-
-	case "wait":
-		d, err := claudeDuration(in, toolset)
-		if err != nil {
-			return nil, err
-		}
-		return []Action{Wait{Duration: roundMS(d)}}, nil
-
-	case "zoom":
-		region, err := claudeInts("region", in["region"], 4)
-		if err != nil {
-			return nil, err
-		}
-		a := Zoom{Region: [4]int(region)}
-		if err := a.Validate(); err != nil {
-			return nil, err
-		}
-		return []Action{a}, nil
+		chords = []string{"space"} // a bare " "
 	}
-	return nil, fieldErr("action", ErrUnsupportedAction, fmt.Sprintf("action %q is not implemented", action))
+	if n := utf8.RuneCountInString(text); n > actions.MaxTextRunes {
+		return nil, actions.TooLarge("text", actions.MaxTextRunes, fmt.Sprintf("at most %d characters of key text, got %d", actions.MaxTextRunes, n))
+	}
+	var acts []actions.Action
+	for _, ch := range chords {
+		keys, err := actions.ParseChord(ch)
+		if err != nil {
+			return nil, actions.WithPrefix(fielderr.Name("text"), err)
+		}
+		a := actions.KeyPress{Keys: keys}
+		if err := a.Validate(); err != nil {
+			return nil, actions.Renamed(err, "text")
+		}
+		acts = append(acts, a)
+	}
+	raw, ok := c.in["repeat"]
+	if !ok {
+		return acts, nil
+	}
+	n, err := claudeInt("repeat", raw)
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 || n > MaxKeyRepeat {
+		return nil, actions.TooLarge("repeat", MaxKeyRepeat, fmt.Sprintf("must be 1 to %d, got %d", MaxKeyRepeat, n))
+	}
+	if n*len(acts) > actions.MaxActions {
+		return nil, actions.TooLarge("repeat", actions.MaxActions, fmt.Sprintf("%d repeats of %d keys are %d key presses; at most %d",
+			n, len(acts), n*len(acts), actions.MaxActions))
+	}
+	once := acts
+	for range n - 1 {
+		acts = append(acts, once...)
+	}
+	return acts, nil
+}
+
+func claudeType(c claudeCall) ([]actions.Action, error) {
+	text, err := claudeText(c.in, "text")
+	if err != nil {
+		return nil, err
+	}
+	if text == "" {
+		return nil, actions.Invalid("text", nil, "empty; type needs text")
+	}
+	a := actions.TypeText{Text: text}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return []actions.Action{a}, nil
+}
+
+func claudeMove(c claudeCall) ([]actions.Action, error) {
+	return []actions.Action{actions.Move{To: *c.at}}, nil
+}
+
+// claudeClick clicks b count times at the coordinate (or where the pointer
+// is) with text as modifiers.
+func claudeClick(b actions.Button, count int) func(claudeCall) ([]actions.Action, error) {
+	return func(c claudeCall) ([]actions.Action, error) {
+		mods, err := claudeModifiers(c.in)
+		if err != nil {
+			return nil, err
+		}
+		return []actions.Action{actions.Click{At: c.at, Button: b, Count: count, Modifiers: mods}}, nil
+	}
+}
+
+func claudeDrag(c claudeCall) ([]actions.Action, error) {
+	a := actions.Drag{To: *c.at, Button: actions.ButtonLeft}
+	var err error
+	if _, ok := c.in["start_coordinate"]; ok {
+		if a.From, err = claudeCoordinate(c.in, "start_coordinate"); err != nil {
+			return nil, err
+		}
+	}
+	if a.Modifiers, err = claudeModifiers(c.in); err != nil {
+		return nil, err
+	}
+	return []actions.Action{a}, nil
+}
+
+func claudeMouseDown(c claudeCall) ([]actions.Action, error) {
+	return []actions.Action{actions.ButtonDown{Button: actions.ButtonLeft, At: c.at}}, nil
+}
+
+func claudeMouseUp(c claudeCall) ([]actions.Action, error) {
+	return []actions.Action{actions.ButtonUp{Button: actions.ButtonLeft, At: c.at}}, nil
+}
+
+func claudeScroll(c claudeCall) ([]actions.Action, error) {
+	var dir string
+	if err := json.Unmarshal(c.in["scroll_direction"], &dir); err != nil {
+		return nil, actions.OneOf("scroll_direction", nil, actions.DirectionNames, "must be a string: up, down, left or right")
+	}
+	switch d := actions.Direction(dir); d {
+	case actions.ScrollUp, actions.ScrollDown, actions.ScrollLeft, actions.ScrollRight:
+	default:
+		return nil, actions.OneOf("scroll_direction", nil, actions.DirectionNames, fmt.Sprintf("must be up, down, left or right, got %q", dir))
+	}
+	amount, err := claudeInt("scroll_amount", c.in["scroll_amount"])
+	if err != nil {
+		return nil, err
+	}
+	if amount < 1 || amount > actions.MaxScrollAmount {
+		return nil, actions.Invalid("scroll_amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", actions.MaxScrollAmount, amount))
+	}
+	mods, err := claudeModifiers(c.in)
+	if err != nil {
+		return nil, err
+	}
+	return []actions.Action{actions.Scroll{At: c.at, Direction: actions.Direction(dir), Amount: amount, Modifiers: mods}}, nil
+}
+
+func claudeHoldKey(c claudeCall) ([]actions.Action, error) {
+	text, err := claudeText(c.in, "text")
+	if err != nil {
+		return nil, err
+	}
+	keys, err := actions.ParseChord(text)
+	if err != nil {
+		return nil, actions.WithPrefix(fielderr.Name("text"), err)
+	}
+	d, err := claudeDuration(c.in, c.toolset)
+	if err != nil {
+		return nil, err
+	}
+	a := actions.HoldKey{Keys: keys, Duration: actions.RoundMS(d)}
+	if err := a.Validate(); err != nil {
+		return nil, actions.Renamed(err, "text")
+	}
+	return []actions.Action{a}, nil
+}
+
+func claudeWait(c claudeCall) ([]actions.Action, error) {
+	d, err := claudeDuration(c.in, c.toolset)
+	if err != nil {
+		return nil, err
+	}
+	return []actions.Action{actions.Wait{Duration: actions.RoundMS(d)}}, nil
+}
+
+func claudeZoom(c claudeCall) ([]actions.Action, error) {
+	region, err := claudeInts("region", c.in["region"], 4)
+	if err != nil {
+		return nil, err
+	}
+	a := actions.Zoom{Region: [4]int(region)}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return []actions.Action{a}, nil
 }
 
 func sortedKeys(m claudeInput) []string {
@@ -491,11 +530,11 @@ func sortedKeys(m claudeInput) []string {
 func decodeClaudeInput(input []byte) (claudeInput, error) {
 	input = bytes.TrimSpace(input)
 	if len(input) == 0 || input[0] != '{' {
-		return nil, fieldErr("input", nil, "must be a JSON object such as {\"action\":\"screenshot\"}")
+		return nil, actions.Invalid("input", nil, "must be a JSON object such as {\"action\":\"screenshot\"}")
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(input, &m); err != nil {
-		return nil, fieldErr("input", nil, "malformed JSON object: "+err.Error())
+		return nil, actions.Invalid("input", nil, "malformed JSON object: "+err.Error())
 	}
 	in := claudeInput{}
 	for k, v := range m {
@@ -509,14 +548,14 @@ func decodeClaudeInput(input []byte) (claudeInput, error) {
 func claudeText(in claudeInput, field string) (string, error) {
 	var s string
 	if err := json.Unmarshal(in[field], &s); err != nil {
-		return "", fieldErr(field, nil, "must be a string")
+		return "", actions.Invalid(field, nil, "must be a string")
 	}
 	return s, nil
 }
 
 // claudeModifiers reads the optional text of a click or scroll: modifier
 // keys held during it ("shift", "ctrl+shift").
-func claudeModifiers(in claudeInput) ([]Key, error) {
+func claudeModifiers(in claudeInput) ([]actions.Key, error) {
 	if _, ok := in["text"]; !ok {
 		return nil, nil
 	}
@@ -527,19 +566,19 @@ func claudeModifiers(in claudeInput) ([]Key, error) {
 	if strings.TrimSpace(text) == "" {
 		return nil, nil
 	}
-	keys, err := parseModifiers([]string{text})
+	keys, err := actions.ParseModifiers([]string{text})
 	if err != nil {
-		return nil, withPrefix("text", err)
+		return nil, actions.WithPrefix(fielderr.Name("text"), err)
 	}
 	return keys, nil
 }
 
-func claudeCoordinate(in claudeInput, field string) (*Point, error) {
+func claudeCoordinate(in claudeInput, field string) (*actions.Point, error) {
 	v, err := claudeInts(field, in[field], 2)
 	if err != nil {
 		return nil, err
 	}
-	return &Point{X: v[0], Y: v[1]}, nil
+	return &actions.Point{X: v[0], Y: v[1]}, nil
 }
 
 // claudeInts reads an array of exactly n non-negative integers. Integral
@@ -552,10 +591,10 @@ func claudeInts(field string, raw json.RawMessage, n int) ([]int, error) {
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, fieldErr(field, nil, fmt.Sprintf("must be an array %s of %d non-negative integers, got %s", shape, n, clip(raw)))
+		return nil, actions.Invalid(field, nil, fmt.Sprintf("must be an array %s of %d non-negative integers, got %s", shape, n, clip(raw)))
 	}
 	if len(elems) != n {
-		return nil, fieldErr(field, nil, fmt.Sprintf("must have %d values %s, got %d", n, shape, len(elems)))
+		return nil, actions.Invalid(field, nil, fmt.Sprintf("must have %d values %s, got %d", n, shape, len(elems)))
 	}
 	out := make([]int, n)
 	for i, e := range elems {
@@ -564,7 +603,7 @@ func claudeInts(field string, raw json.RawMessage, n int) ([]int, error) {
 			return nil, err
 		}
 		if v < 0 {
-			return nil, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative integers", i, v))
+			return nil, actions.Invalid(field, actions.ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative integers", i, v))
 		}
 		out[i] = v
 	}
@@ -578,10 +617,10 @@ func claudeInt(field string, raw json.RawMessage) (int, error) {
 		return 0, err
 	}
 	if f != math.Trunc(f) {
-		return 0, fieldErr(field, nil, fmt.Sprintf("must be an integer, got %s", clip(raw)))
+		return 0, actions.Invalid(field, nil, fmt.Sprintf("must be an integer, got %s", clip(raw)))
 	}
 	if math.Abs(f) > 1e9 {
-		return 0, fieldErr(field, ErrOutOfBounds, fmt.Sprintf("%s is out of range", clip(raw)))
+		return 0, actions.Invalid(field, actions.ErrOutOfBounds, fmt.Sprintf("%s is out of range", clip(raw)))
 	}
 	return int(f), nil
 }
@@ -589,11 +628,11 @@ func claudeInt(field string, raw json.RawMessage) (int, error) {
 func claudeNumber(field string, raw json.RawMessage) (float64, error) {
 	s := string(bytes.TrimSpace(raw))
 	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
-		return 0, fieldErr(field, nil, fmt.Sprintf("must be a number, got %s", clip(raw)))
+		return 0, actions.Invalid(field, nil, fmt.Sprintf("must be a number, got %s", clip(raw)))
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fieldErr(field, nil, fmt.Sprintf("must be a number, got %s", clip(raw)))
+		return 0, actions.Invalid(field, nil, fmt.Sprintf("must be a number, got %s", clip(raw)))
 	}
 	return f, nil
 }
@@ -606,10 +645,10 @@ func claudeDuration(in claudeInput, whole bool) (time.Duration, error) {
 		return 0, err
 	}
 	if whole && f != math.Trunc(f) {
-		return 0, fieldErr("duration", nil, fmt.Sprintf("must be a whole number of seconds, got %s", clip(in["duration"])))
+		return 0, actions.Invalid("duration", nil, fmt.Sprintf("must be a whole number of seconds, got %s", clip(in["duration"])))
 	}
-	if f <= 0 || f > MaxDuration.Seconds() {
-		return 0, fieldErr("duration", nil, fmt.Sprintf("must be more than 0 and at most %g seconds, got %g", MaxDuration.Seconds(), f))
+	if f <= 0 || f > actions.MaxDuration.Seconds() {
+		return 0, actions.Invalid("duration", nil, fmt.Sprintf("must be more than 0 and at most %g seconds, got %g", actions.MaxDuration.Seconds(), f))
 	}
 	return time.Duration(f * float64(time.Second)), nil
 }
@@ -637,9 +676,9 @@ type ImageSource struct {
 	Data      string `json:"data"`
 }
 
-// ClaudeContent returns the result as the content of a Claude tool_result:
-// a text block if there is text, then an image block if there is an image.
-func (r *Result) ClaudeContent() []ContentBlock {
+// ClaudeContent returns r as the content of a Claude tool_result: a text
+// block if there is text, then an image block if there is an image.
+func ClaudeContent(r player.Result) []ContentBlock {
 	var c []ContentBlock
 	if r.Text != "" {
 		c = append(c, ContentBlock{Type: "text", Text: r.Text})

@@ -1,4 +1,4 @@
-package actions
+package player
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"image/jpeg"
 	"image/png"
 	"sync"
+
+	"github.com/deskfarm/deskfarm/actions"
 )
 
 // ImageFormat is how screenshots are encoded.
@@ -61,10 +63,10 @@ func (o EncodeOptions) Validate() error {
 	switch o.Format {
 	case "", FormatPNG, FormatJPEG:
 	default:
-		return fieldErr("format", nil, fmt.Sprintf("must be png or jpeg, got %q", o.Format))
+		return actions.Invalid("format", nil, fmt.Sprintf("must be png or jpeg, got %q", o.Format))
 	}
 	if o.Quality < 0 || o.Quality > 100 {
-		return fieldErr("jpeg_quality", nil, fmt.Sprintf("must be 1 to 100 (0 means %d), got %d", DefaultJPEGQuality, o.Quality))
+		return actions.Invalid("jpeg_quality", nil, fmt.Sprintf("must be 1 to 100 (0 means %d), got %d", DefaultJPEGQuality, o.Quality))
 	}
 	return nil
 }
