@@ -2,8 +2,6 @@ package vmm
 
 import (
 	"context"
-
-	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"time"
 )
 
@@ -24,59 +22,6 @@ const (
 	// StartSavedState: restored from the saved ready state of an earlier VM
 	// of the same image and size, on a copy of its overlay; no boot.
 	StartSavedState = "saved-state"
-)
-
-// CreateOptions says what VM to make. Zero values take the documented defaults.
-type CreateOptions struct {
-	// Image is the recipe name, e.g. "desktop" or "tiny". Required.
-	Image string `json:"image"`
-	// MemoryMiB is guest RAM; default DefaultMemoryMiB, at least MinMemoryMiB.
-	MemoryMiB int `json:"memory_mib"`
-	// VCPUs is the number of virtual CPUs; default DefaultVCPUs, at most the host's CPUs.
-	VCPUs int `json:"vcpus"`
-	// Boot forces a full boot even when a saved ready state of this image
-	// and size exists (for baselines; normally saved state is faster).
-	Boot bool `json:"boot,omitempty"`
-	// Width and Height set the guest screen; default 1280x800.
-	Width  int `json:"width"`
-	Height int `json:"height"`
-	// Labels are kept in the domain's metadata and survive a deskfarm
-	// restart, e.g. the pool a VM belongs to. Keys and values are short
-	// printable strings (see ValidateLabels).
-	Labels map[string]string `json:"labels,omitempty"`
-	// Network is NetworkNone (the default: the guest has no network
-	// interface at all) or NetworkUser (QEMU user-mode networking: the
-	// guest reaches out through the host's stack, nothing reaches in except
-	// Forwards).
-	Network string `json:"network,omitempty"`
-	// Forwards are host ports on 127.0.0.1 forwarded to guest TCP ports;
-	// only with NetworkUser, at most MaxForwards.
-	Forwards []Forward `json:"forwards,omitempty"`
-}
-
-// Network modes (CreateOptions.Network).
-const (
-	NetworkNone = "none"
-	NetworkUser = "user"
-)
-
-// Forward forwards a host TCP port, bound to 127.0.0.1 only, to a guest
-// TCP port (QEMU user-mode networking's hostfwd).
-type Forward struct {
-	GuestPort int `json:"guest_port" xml:"guest-port,attr"`
-	HostPort  int `json:"host_port" xml:"host-port,attr"`
-}
-
-// MaxForwards bounds CreateOptions.Forwards.
-const MaxForwards = 8
-
-// Defaults and limits for CreateOptions.
-const (
-	DefaultMemoryMiB = 1024
-	MinMemoryMiB     = 128
-	DefaultVCPUs     = 2
-	DefaultWidth     = 1280
-	DefaultHeight    = 800
 )
 
 // VM describes one deskfarm VM.
@@ -164,47 +109,4 @@ type Farm interface {
 	// SetLabel sets (or, with "", removes) one label of a VM; labels
 	// survive restarts.
 	SetLabel(ctx context.Context, id, key, value string) error
-}
-
-// Label limits (ValidateLabels).
-const (
-	MaxLabels        = 16
-	MaxLabelKeyLen   = 63
-	MaxLabelValueLen = 253
-)
-
-// ValidateLabels checks label keys ([a-z0-9._-], 1-63 bytes, starting with a
-// letter or digit) and values (printable ASCII without '<', '>' or '&',
-// at most 253 bytes), and that there are at most MaxLabels.
-func ValidateLabels(labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return fielderr.Newf("labels", ErrInvalid, "%d labels; at most %d", len(labels), MaxLabels)
-	}
-	for k, v := range labels {
-		if !validLabelKey(k) {
-			return fielderr.Newf("labels", ErrInvalid, "key %q: want 1-%d of a-z, 0-9, '.', '_', '-', starting with a letter or digit", k, MaxLabelKeyLen)
-		}
-		if len(v) > MaxLabelValueLen {
-			return fielderr.Newf("labels."+k, ErrInvalid, "value is %d bytes; at most %d", len(v), MaxLabelValueLen)
-		}
-		for _, r := range v {
-			if r < 0x20 || r > 0x7e || r == '<' || r == '>' || r == '&' {
-				return fielderr.Newf("labels."+k, ErrInvalid, "value %q: want printable ASCII without <, > or &", v)
-			}
-		}
-	}
-	return nil
-}
-
-func validLabelKey(k string) bool {
-	if k == "" || len(k) > MaxLabelKeyLen {
-		return false
-	}
-	for i, r := range k {
-		alnum := r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
-		if !alnum && (i == 0 || r != '.' && r != '_' && r != '-') {
-			return false
-		}
-	}
-	return true
 }

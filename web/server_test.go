@@ -224,6 +224,11 @@ func TestCreateValidation(t *testing.T) {
 		{"small memory", `{"image":"tiny","memory_mib":64}`, CodeInvalidRequest, "memory_mib"},
 		{"negative vcpus", `{"image":"tiny","vcpus":-1}`, CodeInvalidRequest, "vcpus"},
 		{"negative width", `{"image":"tiny","width":-1}`, CodeInvalidRequest, "width"},
+		// vmm's rules, not a copy of some of them: web checked neither.
+		{"skewed width", `{"image":"tiny","width":1366,"height":768}`, CodeInvalidRequest, "width"},
+		{"no height", `{"image":"tiny","width":1024}`, CodeInvalidRequest, "height"},
+		{"bad network", `{"image":"tiny","network":"bridge"}`, CodeInvalidRequest, "network"},
+		{"privileged host port", `{"image":"tiny","network":"user","forwards":[{"guest_port":22,"host_port":80}]}`, CodeInvalidRequest, "forwards[0].host_port"},
 		{"empty body", ``, CodeBadJSON, ""},
 		{"truncated", `{"image":"tiny"`, CodeBadJSON, ""},
 		{"syntax", `{"image":tiny}`, CodeBadJSON, ""},
