@@ -745,8 +745,8 @@ func TestScreenshotPolicyAndSettle(t *testing.T) {
 	if res.Image == nil || res.Image.Width != 1366 || res.Image.Height != 683 {
 		t.Errorf("zoom image %+v", res.Image)
 	}
-	blocks := res.ClaudeContent()
-	if len(blocks) != 1 || blocks[0].Type != "image" || blocks[0].Source.Type != "base64" {
+	blocks := ClaudeToolResult("t1", res, nil).Content
+	if len(blocks) != 1 || blocks[0].OfImage == nil || blocks[0].OfImage.Source.OfBase64 == nil {
 		t.Errorf("claude content %+v", blocks)
 	}
 }
@@ -765,8 +765,9 @@ func TestRunOptionsValidate(t *testing.T) {
 
 func TestClaudeContentText(t *testing.T) {
 	r := Result{Text: "X=1,Y=2", Image: &Image{MediaType: "image/png", Data: "AA=="}}
-	c := r.ClaudeContent()
-	if len(c) != 2 || c[0].Type != "text" || c[0].Text != "X=1,Y=2" || c[1].Source.MediaType != "image/png" {
+	c := ClaudeToolResult("t1", r, nil).Content
+	if len(c) != 2 || c[0].OfText == nil || c[0].OfText.Text != "X=1,Y=2" || c[1].OfImage == nil ||
+		c[1].OfImage.Source.OfBase64.MediaType != "image/png" || c[1].OfImage.Source.OfBase64.Data != "AA==" {
 		t.Errorf("content %+v", c)
 	}
 }

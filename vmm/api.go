@@ -26,30 +26,30 @@ const (
 
 // VM describes one deskfarm VM.
 type VM struct {
-	ID        string    `json:"id"`
-	Domain    string    `json:"domain"` // libvirt domain name, "deskfarm-<id>"
-	Image     string    `json:"image"`
-	ImageHash string    `json:"image_hash"`
-	State     State     `json:"state"`
-	MemoryMiB int       `json:"memory_mib"`
-	VCPUs     int       `json:"vcpus"`
-	Width     int       `json:"width"`
-	Height    int       `json:"height"`
-	Accel     string    `json:"accel"` // "kvm" or "tcg"
-	CreatedAt time.Time `json:"created_at"`
+	ID        string
+	Domain    string // libvirt domain name, "deskfarm-<id>"
+	Image     string
+	ImageHash string
+	State     State
+	MemoryMiB int
+	VCPUs     int
+	Width     int
+	Height    int
+	Accel     string // "kvm" or "tcg"
+	CreatedAt time.Time
 	// BootSeconds is how long create took from define to the ready snapshot.
-	BootSeconds float64 `json:"boot_seconds"`
+	BootSeconds float64
 	// Start says how the VM came up: StartBoot or StartSavedState.
-	Start string `json:"start"`
+	Start string
 	// VNCSocket is the unix socket of the VM's VNC server.
-	VNCSocket string `json:"vnc_socket"`
+	VNCSocket string
 	// Resets counts resets since the VM was created.
-	Resets int `json:"resets"`
+	Resets int
 	// Labels are the VM's labels (CreateOptions.Labels, SetLabel).
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]string
 	// Network and Forwards are as created (CreateOptions).
-	Network  string    `json:"network"`
-	Forwards []Forward `json:"forwards,omitempty"`
+	Network  string
+	Forwards []Forward
 }
 
 // ExecRequest runs a program in the guest through the guest agent.
@@ -67,12 +67,12 @@ const DefaultExecTimeout = 60 * time.Second
 
 // ExecResult is what a guest program returned.
 type ExecResult struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   int    `json:"signal,omitempty"`
-	Stdout   []byte `json:"stdout"`
-	Stderr   []byte `json:"stderr"`
+	ExitCode int
+	Signal   int
+	Stdout   []byte
+	Stderr   []byte
 	// Truncated is true when the agent cut stdout or stderr (its limit is 16 MiB each).
-	Truncated bool `json:"truncated,omitempty"`
+	Truncated bool
 }
 
 // ResetResult says how a reset went.

@@ -3,6 +3,8 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -47,6 +49,9 @@ func TestWireVM(t *testing.T) {
 	if m := fill.Mismatches(vm, got); len(m) != 0 {
 		t.Errorf("api.VM fields that differ from vmm.VM's: %v", m)
 	}
+	if m := fill.Missing(vm, got); len(m) != 0 {
+		t.Errorf("vmm.VM fields api.VM lacks: %v", m)
+	}
 	// Labels and Forwards stay absent on the wire when a VM has none.
 	vm.Labels, vm.Forwards = nil, nil
 	b, _ := json.Marshal(apiVM(vm))
@@ -65,51 +70,102 @@ func TestWireCreateOptions(t *testing.T) {
 	if m := fill.Mismatches(in, got); len(m) != 0 {
 		t.Errorf("vmm.CreateOptions fields that differ from api.CreateOptions': %v", m)
 	}
+	if m := fill.Missing(vmm.CreateOptions{}, in); len(m) != 0 {
+		t.Errorf("vmm.CreateOptions fields api.CreateOptions lacks: %v", m)
+	}
 }
 
 func TestWireEpisode(t *testing.T) {
-	ended := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	ep := pool.Episode{ID: "e1", VM: "a1", Pool: "desktop", State: pool.EpisodeEnded, Warm: true, BootSeconds: 2,
-		CreatedAt: ended.Add(-time.Hour), ExpiresAt: ended.Add(time.Hour), TTLSeconds: 7200, ScreenshotSize: "auto",
-		EndedAt: &ended, EndReason: "deleted", ResetSeconds: 0.4, VMReplaced: true}
-	type oldEpisode struct {
-		pool.Episode
-		ViewerURL string `json:"viewer_url"`
+	var ep pool.Episode
+	fill.All(&ep)
+	got := apiEpisode(ep, "http://h/vms/a1", "127.0.0.1:5000:9222:5901:8080")
+	if z := fill.Zeros(got); len(z) != 0 {
+		t.Errorf("api.Episode fields not converted from pool.Episode: %v", z)
 	}
-	url := "http://h/vms/a1"
-	sameJSON(t, "episode", oldEpisode{ep, url}, apiEpisode(ep, url))
-	ep.EndedAt, ep.EndReason, ep.ResetSeconds, ep.VMReplaced, ep.BootSeconds = nil, "", 0, false, 0
-	sameJSON(t, "active episode", oldEpisode{ep, url}, apiEpisode(ep, url))
+	if m := fill.Mismatches(ep, got); len(m) != 0 {
+		t.Errorf("api.Episode fields that differ from pool.Episode's: %v", m)
+	}
+	if m := fill.Missing(ep, got); len(m) != 0 {
+		t.Errorf("pool.Episode fields api.Episode lacks: %v", m)
+	}
 }
 
 func TestWirePools(t *testing.T) {
-	ps := []pool.PoolStatus{{PoolConfig: pool.PoolConfig{Name: "desktop", Image: "desktop", MemoryMiB: 1024, VCPUs: 2,
-		Width: 1280, Height: 800, MinWarm: 1, Max: 4, ScreenshotSize: "auto", DefaultTTL: 1800, MaxTTL: 86400.5},
-		Warm: 1, Leased: 2, Booting: 3, Ending: 4}}
-	type oldList struct {
-		Pools []pool.PoolStatus `json:"pools"`
+	var p pool.PoolStatus
+	fill.All(&p)
+	got := apiPools([]pool.PoolStatus{p})
+	if len(got.Pools) != 1 {
+		t.Fatalf("%d pools", len(got.Pools))
 	}
-	sameJSON(t, "pools", oldList{ps}, apiPools(ps))
-	sameJSON(t, "no pools", oldList{[]pool.PoolStatus{}}, apiPools([]pool.PoolStatus{}))
-	sameJSON(t, "nil pools", oldList{nil}, apiPools(nil))
+	if z := fill.Zeros(got.Pools[0]); len(z) != 0 {
+		t.Errorf("api.Pool fields not converted from pool.PoolStatus: %v", z)
+	}
+	if m := fill.Mismatches(p, got.Pools[0]); len(m) != 0 {
+		t.Errorf("api.Pool fields that differ from pool.PoolStatus': %v", m)
+	}
+	// The TTLs are renamed for their unit.
+	if m := fill.Missing(p, got.Pools[0], "DefaultTTL", "MaxTTL"); len(m) != 0 {
+		t.Errorf("pool.PoolStatus fields api.Pool lacks: %v", m)
+	}
+	if got.Pools[0].DefaultTTLS != float64(p.DefaultTTL) || got.Pools[0].MaxTTLS != float64(p.MaxTTL) {
+		t.Errorf("TTLs %v, %v from %v, %v", got.Pools[0].DefaultTTLS, got.Pools[0].MaxTTLS, p.DefaultTTL, p.MaxTTL)
+	}
+	// [] stays [] and nil stays null, as pool.Manager.Pools sends them.
+	if b, _ := json.Marshal(apiPools([]pool.PoolStatus{})); string(b) != `{"pools":[]}` {
+		t.Errorf("no pools: %s", b)
+	}
+	if b, _ := json.Marshal(apiPools(nil)); string(b) != `{"pools":null}` {
+		t.Errorf("nil pools: %s", b)
+	}
 }
 
 func TestWireActionsResponse(t *testing.T) {
-	res := actions.Result{Text: "X=1,Y=2", Image: &actions.Image{MediaType: "image/png", Data: "iVBO", Width: 1024, Height: 640},
-		Executed: 3, Settle: 250 * time.Millisecond, SettleMS: 250, SettleTimedOut: true, SettleGuestBusy: 2, Clipboard: new("Grüße")}
-	type oldResponse struct {
-		Content []actions.ContentBlock `json:"content"`
-		actions.Result
-		ScreenshotWidth  int     `json:"screenshot_width"`
-		ScreenshotHeight int     `json:"screenshot_height"`
-		DurationMS       float64 `json:"duration_ms"`
+	var res actions.Result
+	fill.All(&res)
+	out := actionsResponse(res, 1024, 640, 312500*time.Microsecond)
+	// Set by callResponse and the guest routes, not from the result.
+	if z := fill.Zeros(out, "ToolUseID", "IsError", "ToolResults", "ComputerCallOutput", "Terminal", "Guest", "Content"); len(z) != 0 {
+		t.Errorf("api.ActionsResponse fields not converted from actions.Result: %v", z)
 	}
-	took := 312500 * time.Microsecond
-	old := oldResponse{Content: res.ClaudeContent(), Result: res, ScreenshotWidth: 1024, ScreenshotHeight: 640, DurationMS: 312.5}
-	sameJSON(t, "actions response", old, actionsResponse(res, 1024, 640, took))
-	empty := actions.Result{}
-	old = oldResponse{Content: empty.ClaudeContent(), Result: empty, DurationMS: 312.5}
-	sameJSON(t, "empty actions response", old, actionsResponse(empty, 0, 0, took))
+	if m := fill.Mismatches(res, out); len(m) != 0 {
+		t.Errorf("api.ActionsResponse fields that differ from actions.Result's: %v", m)
+	}
+	// Settle is sent as SettleMS.
+	if m := fill.Missing(res, out, "Settle"); len(m) != 0 {
+		t.Errorf("actions.Result fields api.ActionsResponse lacks: %v", m)
+	}
+	if out.DurationMS != 312.5 {
+		t.Errorf("duration_ms %v", out.DurationMS)
+	}
+	// The content is a Claude tool_result's, in the shape it always had.
+	b, _ := json.Marshal(out.Content)
+	want := `[{"type":"text","text":"` + res.Text + `"},{"type":"image","source":{"type":"base64","media_type":"` +
+		res.Image.MediaType + `","data":"` + res.Image.Data + `"}}]`
+	if string(b) != want {
+		t.Errorf("content %s\nwant    %s", b, want)
+	}
+	b, _ = json.Marshal(actionsResponse(actions.Result{}, 0, 0, 0))
+	if !bytes.Contains(b, []byte(`"content":null`)) {
+		t.Errorf("empty result: %s", b)
+	}
+}
+
+func TestWireToolResult(t *testing.T) {
+	res := actions.Result{Text: "done", Image: &actions.Image{MediaType: "image/png", Data: "iVBO"}}
+	tr, err := apiToolResult(actions.ClaudeToolResult("tu_1", res, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(tr)
+	want := `{"type":"tool_result","tool_use_id":"tu_1","content":[{"type":"text","text":"done"},` +
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}}]}`
+	if string(b) != want {
+		t.Errorf("tool_result %s\nwant        %s", b, want)
+	}
+	tr, _ = apiToolResult(actions.ClaudeToolResult("tu_2", res, errors.New("boom")))
+	if b, _ := json.Marshal(tr); string(b) != `{"type":"tool_result","tool_use_id":"tu_2","content":[{"type":"text","text":"boom"}],"is_error":true}` {
+		t.Errorf("error tool_result %s", b)
+	}
 }
 
 func TestWireRunOptions(t *testing.T) {
@@ -136,6 +192,21 @@ func TestSentinelCodesKnown(t *testing.T) {
 	for _, s := range sentinels {
 		if !known[s.code] {
 			t.Errorf("sentinel %v maps to %q, which api does not list", s.err, s.code)
+		}
+	}
+}
+
+// The core types carry no json tags: their wire form is package api's, and
+// a tag on them would be a second spelling of it (the pool's state file has
+// its own record type).
+func TestCoreTypesHaveNoWireTags(t *testing.T) {
+	for _, v := range []any{vmm.VM{}, vmm.CreateOptions{}, vmm.Forward{}, vmm.ExecResult{},
+		pool.Episode{}, pool.PoolStatus{}, pool.MemberStatus{}, pool.PoolConfig{}, pool.Config{}} {
+		ty := reflect.TypeOf(v)
+		for i := range ty.NumField() {
+			if tag, ok := ty.Field(i).Tag.Lookup("json"); ok {
+				t.Errorf("%s.%s has json tag %q", ty, ty.Field(i).Name, tag)
+			}
 		}
 	}
 }

@@ -183,6 +183,13 @@ func mismatches(a, b reflect.Value, path string, out *[]string, depth int) {
 			if !f.IsExported() {
 				continue
 			}
+			if f.Anonymous && f.Type.Kind() == reflect.Struct {
+				if _, ok := b.Type().FieldByName(f.Name); !ok {
+					// Promoted fields are compared as the other side's own.
+					mismatches(a.Field(i), b, path, out, depth+1)
+					continue
+				}
+			}
 			bf := b.FieldByName(f.Name)
 			if !bf.IsValid() {
 				continue
@@ -205,5 +212,54 @@ func mismatches(a, b reflect.Value, path string, out *[]string, depth int) {
 		if fmt.Sprint(a.Interface()) != fmt.Sprint(b.Interface()) {
 			*out = append(*out, path)
 		}
+	}
+}
+
+// Missing returns the paths of the exported fields of src (a struct) that
+// dst has no field of the same name for, recursively through structs and
+// slices of structs, except those named in except (renamed on the way, say).
+// A field added to a core type and not to its wire type is one of these.
+func Missing(src, dst any, except ...string) []string {
+	skip := map[string]bool{}
+	for _, e := range except {
+		skip[e] = true
+	}
+	var out []string
+	missing(reflect.TypeOf(src), reflect.TypeOf(dst), "", skip, &out, 0)
+	return out
+}
+
+func missing(a, b reflect.Type, path string, skip map[string]bool, out *[]string, depth int) {
+	for a.Kind() == reflect.Pointer || a.Kind() == reflect.Slice {
+		a = a.Elem()
+	}
+	for b.Kind() == reflect.Pointer || b.Kind() == reflect.Slice {
+		b = b.Elem()
+	}
+	if depth > 8 || a.Kind() != reflect.Struct || b.Kind() != reflect.Struct || a == timeType {
+		return
+	}
+	for i := range a.NumField() {
+		f := a.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		p := f.Name
+		if path != "" {
+			p = path + "." + f.Name
+		}
+		if skip[p] {
+			continue
+		}
+		bf, ok := b.FieldByName(f.Name)
+		if !ok && f.Anonymous && f.Type.Kind() == reflect.Struct {
+			missing(f.Type, b, path, skip, out, depth+1)
+			continue
+		}
+		if !ok {
+			*out = append(*out, p)
+			continue
+		}
+		missing(f.Type, bf.Type, p, skip, out, depth+1)
 	}
 }

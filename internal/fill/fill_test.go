@@ -72,3 +72,23 @@ func TestMismatches(t *testing.T) {
 		t.Fatalf("Mismatches = %v, want S[0].Port", m)
 	}
 }
+
+func TestMissing(t *testing.T) {
+	type base struct{ Name, Kept string }
+	type core struct {
+		base
+		Port  int
+		Items []inner
+		Lost  bool
+	}
+	type item struct{ Port int }
+	type wire struct {
+		Name, Kept string
+		PortNo     int
+		Items      []item
+	}
+	got := Missing(core{}, wire{}, "Port")
+	if !slices.Equal(got, []string{"Items.Name", "Lost"}) {
+		t.Fatalf("Missing = %v, want Items.Name, Lost", got)
+	}
+}
