@@ -2,7 +2,6 @@ package vmm
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -73,18 +72,12 @@ func (m *Manager) SetLabel(ctx context.Context, id, key, value string) error {
 	if err := ValidateLabels(map[string]string{key: value}); err != nil {
 		return err
 	}
-	mc, err := m.lookup(id)
+	mc, _, err := m.change(id)
 	if err != nil {
 		return err
 	}
-	mc.op.Lock()
 	defer mc.op.Unlock()
-	var gone bool
-	var md metadata
-	mc.with(func(st *machineState) { gone, md = st.gone, mc.metadataLocked() })
-	if gone {
-		return fmt.Errorf("vm %q: %w", id, ErrNotFound)
-	}
+	md := mc.metadata()
 	md.Labels = setLabel(md.Labels, key, value)
 	if err := m.saveMeta(ctx, mc, md); err != nil {
 		return err

@@ -24,20 +24,13 @@ import (
 // be running, leaves the VM StateBroken (EventDied): its guest state is
 // unknown.
 func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
-	mc, err := m.lookup(id)
+	mc, st, err := m.change(id)
 	if err != nil {
 		return ResetResult{}, err
 	}
-	mc.op.Lock()
 	defer mc.op.Unlock()
-	var gone bool
-	var state State
-	var h handles
-	mc.with(func(st *machineState) { gone, state, h = st.gone, st.state, st.handles })
-	if gone {
-		return ResetResult{}, fmt.Errorf("vm %q: %w", id, ErrNotFound)
-	}
-	if state != StateReady {
+	h := st.handles
+	if st.state != StateReady {
 		return ResetResult{}, m.notReadyErr(mc, "reset")
 	}
 	if err := m.checkAlive(ctx, mc); err != nil {

@@ -137,10 +137,6 @@ func (mc *machine) stop() {
 func (mc *machine) metadata() metadata {
 	mc.mu.Lock()
 	defer mc.mu.Unlock()
-	return mc.metadataLocked()
-}
-
-func (mc *machine) metadataLocked() metadata {
 	return metadata{machineSpec: mc.spec, State: mc.st.state, BootSeconds: mc.st.bootSeconds, Labels: slices.Clone(mc.st.labels)}
 }
 
@@ -176,6 +172,26 @@ func (m *Manager) lookup(id string) (*machine, error) {
 		return nil, fmt.Errorf("vm %q: %w", id, ErrNotFound)
 	}
 	return mc, nil
+}
+
+// change returns the VM for a lifecycle change, holding its op lock
+// exclusively, and its state as of then; ErrNotFound once it is gone.
+// Callers must mc.op.Unlock.
+func (m *Manager) change(id string) (*machine, machineState, error) {
+	mc, err := m.lookup(id)
+	if err != nil {
+		return nil, machineState{}, err
+	}
+	mc.op.Lock()
+	mc.mu.Lock()
+	st := mc.st
+	st.labels = slices.Clone(st.labels)
+	mc.mu.Unlock()
+	if st.gone {
+		mc.op.Unlock()
+		return nil, machineState{}, fmt.Errorf("vm %q: %w", id, ErrNotFound)
+	}
+	return mc, st, nil
 }
 
 // ready returns mc and its handles if it can take guest calls, holding its

@@ -17,21 +17,14 @@ import (
 // and sockets. If ctx ends or libvirt fails first, the VM stays listed
 // (StateBroken) and Destroy can be called again.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
-	mc, err := m.lookup(id)
+	mc, st, err := m.change(id)
 	if err != nil {
 		return err
 	}
-	mc.op.Lock()
 	defer mc.op.Unlock()
-	var gone bool
-	var sess *session
-	mc.with(func(st *machineState) { gone, sess = st.gone, st.session })
-	if gone {
-		return fmt.Errorf("vm %q: %w", id, ErrNotFound)
-	}
 	start := time.Now()
-	if sess != nil {
-		sess.close()
+	if st.session != nil {
+		st.session.close()
 	}
 	if err := m.teardown(ctx, mc.spec.ID, mc.spec.Dir); err != nil {
 		m.markBroken(mc, "destroy failed")

@@ -263,3 +263,31 @@ func missing(a, b reflect.Type, path string, skip map[string]bool, out *[]string
 		missing(f.Type, bf.Type, p, skip, out, depth+1)
 	}
 }
+
+// Skip names the fields Converted does not hold against a conversion.
+type Skip struct {
+	// Unset are fields of dst the conversion does not fill from src (the
+	// caller sets them from elsewhere).
+	Unset []string
+	// Renamed are fields of src that reach dst under another name (the
+	// test checks those itself).
+	Renamed []string
+}
+
+// Converted checks that dst, converted from src after All(&src), holds all
+// of it: no field of dst left zero (Zeros), none that differs from src's
+// field of the same name (Mismatches), none of src without a field in dst
+// (Missing). It returns what is wrong, one line each; nil means whole.
+func Converted(src, dst any, skip Skip) []string {
+	var out []string
+	if z := Zeros(dst, skip.Unset...); len(z) != 0 {
+		out = append(out, fmt.Sprintf("%T fields left unset: %v", dst, z))
+	}
+	if m := Mismatches(src, dst); len(m) != 0 {
+		out = append(out, fmt.Sprintf("%T fields that differ from %T's: %v", dst, src, m))
+	}
+	if m := Missing(src, dst, skip.Renamed...); len(m) != 0 {
+		out = append(out, fmt.Sprintf("%T fields %T lacks: %v", src, dst, m))
+	}
+	return out
+}
