@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/vmm"
 	"go.yaml.in/yaml/v3"
 )
@@ -202,17 +203,14 @@ func (c Config) Validate() error {
 			bad(where+" name", "declared twice")
 		}
 		seen[p.Name] = true
-		if p.Image == "" {
-			bad(where+" image", "required (e.g. desktop or tiny)")
-		}
-		if p.MemoryMiB < vmm.MinMemoryMiB {
-			bad(where+" memory_mib", "%d is below the minimum of %d", p.MemoryMiB, vmm.MinMemoryMiB)
-		}
-		if p.VCPUs < 1 {
-			bad(where+" vcpus", "must be at least 1, got %d", p.VCPUs)
-		}
-		if p.Width < 640 || p.Width > 3840 || p.Height < 480 || p.Height > 2160 || p.Width%8 != 0 {
-			bad(where+" width/height", "%dx%d: want 640x480..3840x2160 with a width that is a multiple of 8", p.Width, p.Height)
+		// What the pool's VMs are made with is checked by vmm's own rules.
+		if _, err := p.createOptions().Normalize(); err != nil {
+			msg := err.Error()
+			var fe *fielderr.Error
+			if errors.As(err, &fe) {
+				msg = fe.Msg
+			}
+			bad(where+" "+fielderr.Field(err), "%s", msg)
 		}
 		if p.MinWarm < 0 {
 			bad(where+" min_warm", "must not be negative, got %d", p.MinWarm)
@@ -222,17 +220,6 @@ func (c Config) Validate() error {
 		}
 		if _, err := actions.ParseScreenshotSize(p.ScreenshotSize); err != nil {
 			bad(where+" screenshot_size", "%v (accepted: auto, native, WxH)", err)
-		}
-		if p.Network != "" && p.Network != vmm.NetworkNone && p.Network != vmm.NetworkUser {
-			bad(where+" network", "%q: want %q (default) or %q", p.Network, vmm.NetworkNone, vmm.NetworkUser)
-		}
-		if len(p.Forwards) > vmm.MaxForwards {
-			bad(where+" forwards", "%d forwards; at most %d", len(p.Forwards), vmm.MaxForwards)
-		}
-		for _, g := range p.Forwards {
-			if g < 1 || g > 65535 {
-				bad(where+" forwards", "guest port %d is outside 1..65535", g)
-			}
 		}
 		if p.DefaultTTL <= 0 || p.MaxTTL <= 0 || p.DefaultTTL > p.MaxTTL {
 			bad(where+" default_ttl_s", "%g: must be positive and at most max_ttl_s (%g)", p.DefaultTTL, p.MaxTTL)
