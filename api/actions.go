@@ -106,6 +106,12 @@ type RunOptions struct {
 	JPEGQuality int `json:"jpeg_quality,omitempty"`
 }
 
+// Point is a position in screenshot coordinates.
+type Point struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
 // ActionsResponse is the answer to an actions request: the Claude
 // tool_result content plus the neutral fields, and the answer in the
 // agent's own shape for the other vocabularies.
@@ -131,6 +137,9 @@ type ActionsResponse struct {
 	// Text holds the output of cursor_position actions ("X=12,Y=34"), one
 	// line each.
 	Text string `json:"text,omitempty"`
+	// Cursor is where the last cursor_position action found the pointer,
+	// in screenshot coordinates: the same as Text, for code to read.
+	Cursor *Point `json:"cursor,omitempty"`
 	// Image is the last image captured: a zoom, an explicit screenshot, or
 	// the screenshot taken after the actions.
 	Image *Image `json:"image,omitempty"`

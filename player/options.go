@@ -116,7 +116,7 @@ func (o RunOptions) encodeOptions() EncodeOptions {
 	return EncodeOptions{Format: o.Format, Quality: o.JPEGQuality}
 }
 
-// Result is what a Run returns: text and/or one image (see vocab.ClaudeContent for
+// Result is what a Run returns: text and/or one image (see vocab.ClaudeToolResult for
 // its shape as a Claude tool_result).
 type Result struct {
 	// Text holds the output of cursor_position actions ("X=12,Y=34"), one

@@ -661,32 +661,3 @@ func clip(raw json.RawMessage) string {
 	}
 	return s
 }
-
-// ContentBlock is one block of a Claude tool_result's content.
-type ContentBlock struct {
-	Type   string       `json:"type"` // "text" or "image"
-	Text   string       `json:"text,omitempty"`
-	Source *ImageSource `json:"source,omitempty"`
-}
-
-// ImageSource is a base64 image in a Claude content block.
-type ImageSource struct {
-	Type      string `json:"type"` // "base64"
-	MediaType string `json:"media_type"`
-	Data      string `json:"data"`
-}
-
-// ClaudeContent returns r as the content of a Claude tool_result: a text
-// block if there is text, then an image block if there is an image.
-func ClaudeContent(r player.Result) []ContentBlock {
-	var c []ContentBlock
-	if r.Text != "" {
-		c = append(c, ContentBlock{Type: "text", Text: r.Text})
-	}
-	if r.Image != nil {
-		c = append(c, ContentBlock{Type: "image", Source: &ImageSource{
-			Type: "base64", MediaType: r.Image.MediaType, Data: r.Image.Data,
-		}})
-	}
-	return c
-}

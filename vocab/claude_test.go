@@ -283,8 +283,9 @@ func TestNewClaudeTool(t *testing.T) {
 
 func TestClaudeContentText(t *testing.T) {
 	r := player.Result{Text: "X=1,Y=2", Image: &player.Image{MediaType: "image/png", Data: "AA=="}}
-	c := ClaudeContent(r)
-	if len(c) != 2 || c[0].Type != "text" || c[0].Text != "X=1,Y=2" || c[1].Source.MediaType != "image/png" {
+	c := ClaudeToolResult("t1", r, nil).Content
+	if len(c) != 2 || c[0].OfText == nil || c[0].OfText.Text != "X=1,Y=2" || c[1].OfImage == nil ||
+		c[1].OfImage.Source.OfBase64.MediaType != "image/png" || c[1].OfImage.Source.OfBase64.Data != "AA==" {
 		t.Errorf("content %+v", c)
 	}
 }
@@ -296,8 +297,8 @@ func TestClaudeContentZoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := ClaudeContent(res)
-	if len(blocks) != 1 || blocks[0].Type != "image" || blocks[0].Source.Type != "base64" {
+	blocks := ClaudeToolResult("t1", res, nil).Content
+	if len(blocks) != 1 || blocks[0].OfImage == nil || blocks[0].OfImage.Source.OfBase64 == nil {
 		t.Errorf("claude content %+v", blocks)
 	}
 }

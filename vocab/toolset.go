@@ -115,7 +115,7 @@ func toolsetResult(id string, res player.Result, err error) anthropic.ToolResult
 }
 
 // ClaudeToolResult returns the tool_result block answering toolUseID: on
-// success the result's text and image (ClaudeContent), on failure is_error
+// success the result's text and image, on failure is_error
 // with one text block holding err's message, which names the agent's own
 // fields when err came through Call.AgentError.
 func ClaudeToolResult(toolUseID string, res player.Result, err error) anthropic.ToolResultBlockParam {
@@ -125,17 +125,17 @@ func ClaudeToolResult(toolUseID string, res player.Result, err error) anthropic.
 		tr.Content = []anthropic.ToolResultBlockParamContentUnion{{OfText: &anthropic.TextBlockParam{Text: err.Error()}}}
 		return tr
 	}
-	for _, b := range ClaudeContent(res) {
-		switch {
-		case b.Type == "text":
-			tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: b.Text}})
-		case b.Source != nil:
-			tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: &anthropic.ImageBlockParam{
-				Source: anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{
-					Data: b.Source.Data, MediaType: anthropic.Base64ImageSourceMediaType(b.Source.MediaType),
-				}},
-			}})
-		}
+	// A text block if there is text, then an image block if there is an
+	// image: the SDK's types are Claude's wire, and web converts them.
+	if res.Text != "" {
+		tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: res.Text}})
+	}
+	if res.Image != nil {
+		tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfImage: &anthropic.ImageBlockParam{
+			Source: anthropic.ImageBlockParamSourceUnion{OfBase64: &anthropic.Base64ImageSourceParam{
+				Data: res.Image.Data, MediaType: anthropic.Base64ImageSourceMediaType(res.Image.MediaType),
+			}},
+		}})
 	}
 	return tr
 }
