@@ -14,7 +14,7 @@ import (
 // the lifecycle events that end desks.
 type Farm interface {
 	Get(ctx context.Context, id string) (vmm.VM, error)
-	Subscribe(ctx context.Context) <-chan vmm.Event
+	Subscribe(ctx context.Context, name string) <-chan vmm.Event
 }
 
 // Defaults of Options.
@@ -112,7 +112,7 @@ func New(farm Farm, opts Options) *Pool {
 	p := &Pool{farm: farm, opts: opts, log: opts.Log, entries: map[string]*entry{}, loop: make(chan struct{}),
 		lanes: map[string]*lane{}, resets: map[string]resetMark{}, applied: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	events := farm.Subscribe(p.ctx)
+	events := farm.Subscribe(p.ctx, "desk")
 	go p.watch(events)
 	return p
 }
