@@ -154,10 +154,14 @@ type ActionsResponse struct {
 
 // ToolResult is a Claude tool_result content block.
 type ToolResult struct {
-	Type      string         `json:"type"` // "tool_result"
-	ToolUseID string         `json:"tool_use_id"`
-	Content   []ContentBlock `json:"content,omitempty"`
-	IsError   bool           `json:"is_error,omitempty"`
+	Type      string `json:"type"` // "tool_result"
+	ToolUseID string `json:"tool_use_id"`
+	// ToolsetName is the toolset of the tool_use answered ("computer" for
+	// computer_toolset_20260801): the Messages API pairs a toolset member's
+	// tool_result by it, so a loop can send the result on unchanged.
+	ToolsetName string         `json:"toolset_name,omitempty"`
+	Content     []ContentBlock `json:"content,omitempty"`
+	IsError     bool           `json:"is_error,omitempty"`
 }
 
 // ComputerCallOutput is OpenAI's computer_call_output input item

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/pool"
 )
 
@@ -73,7 +74,7 @@ func TestStalledResetDelaysNoOtherVM(t *testing.T) {
 	a, b := r.get("vm1"), r.get("vm2")
 	aRun := make(chan error, 1)
 	go func() {
-		_, err := a.Run(context.Background(), actions.ScreenshotSize{}, nil, actions.RunOptions{})
+		_, err := a.Run(context.Background(), player.ScreenshotSize{}, nil, player.RunOptions{})
 		aRun <- err
 	}()
 	<-stall.entered
@@ -91,7 +92,7 @@ func TestStalledResetDelaysNoOtherVM(t *testing.T) {
 	}
 
 	// vm2's reset: the agent's held Shift and a person's control end.
-	if _, err := b.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := b.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.TakeControl(); err != nil {
@@ -116,7 +117,7 @@ func TestStalledResetDelaysNoOtherVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := r.get(ep.VM)
-	if _, err := c.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := c.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Fatal(err)
 	}
 	since = time.Now()
@@ -181,12 +182,12 @@ func running(t *testing.T, d *Desk, n int) {
 func TestResetCancelsTheRun(t *testing.T) {
 	r := newRig(t, 1)
 	d := r.get("vm1")
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		_, err := d.Run(context.Background(), actions.ScreenshotSize{}, waitActs(t), quick)
+		_, err := d.Run(context.Background(), player.ScreenshotSize{}, waitActs(t), quick)
 		got <- err
 	}()
 	running(t, d, 1)
@@ -207,7 +208,7 @@ func TestResetCancelsTheRun(t *testing.T) {
 	if k, _ := r.display("vm1").guest(); k != 0 {
 		t.Errorf("the guest holds %d keys after the reset", k)
 	}
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Errorf("agent after the reset: %v", err)
 	}
 }
@@ -218,7 +219,7 @@ func TestDeathCancelsTheRun(t *testing.T) {
 	d := r.get("vm1")
 	got := make(chan error, 1)
 	go func() {
-		_, err := d.Run(context.Background(), actions.ScreenshotSize{}, waitActs(t), quick)
+		_, err := d.Run(context.Background(), player.ScreenshotSize{}, waitActs(t), quick)
 		got <- err
 	}()
 	running(t, d, 1)

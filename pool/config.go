@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"go.yaml.in/yaml/v3"
 )
@@ -220,7 +220,7 @@ func (c Config) Validate() error {
 		if p.Max < 1 || p.Max < p.MinWarm {
 			bad(where+" max", "%d: must be at least 1 and at least min_warm (%d)", p.Max, p.MinWarm)
 		}
-		if _, err := actions.ParseScreenshotSize(p.ScreenshotSize); err != nil {
+		if _, err := player.ParseScreenshotSize(p.ScreenshotSize); err != nil {
 			bad(where+" screenshot_size", "%v (accepted: auto, native, WxH)", err)
 		}
 		if p.Network != "" && p.Network != vmm.NetworkNone && p.Network != vmm.NetworkUser {

@@ -28,7 +28,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	}
 	img, err := m.cfg.Images.Resolve(opts.Image)
 	if err != nil {
-		return VM{}, &fielderr.Error{Field: "image", Msg: err.Error(), Errs: []error{err}}
+		return VM{}, &fielderr.Error{Path: fielderr.Name("image"), Msg: err.Error(), Errs: []error{err}}
 	}
 	c := m.newCreation(img, opts)
 	mc := c.mc

@@ -7,10 +7,11 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 // Conversions between the server's types and the wire types of package
@@ -80,13 +81,13 @@ func apiPoolVMs(ms []pool.MemberStatus) []api.PoolVM {
 	return out
 }
 
-func runOptions(o api.RunOptions) actions.RunOptions {
-	return actions.RunOptions{SettleQuietMS: o.SettleQuietMS, SettleMaxMS: o.SettleMaxMS, NoSettle: o.NoSettle,
-		NoGuestSettle: o.NoGuestSettle, Screenshot: actions.ScreenshotPolicy(o.Screenshot), Format: actions.ImageFormat(o.Format),
+func runOptions(o api.RunOptions) player.RunOptions {
+	return player.RunOptions{SettleQuietMS: o.SettleQuietMS, SettleMaxMS: o.SettleMaxMS, NoSettle: o.NoSettle,
+		NoGuestSettle: o.NoGuestSettle, Screenshot: player.ScreenshotPolicy(o.Screenshot), Format: player.ImageFormat(o.Format),
 		JPEGQuality: o.JPEGQuality}
 }
 
-func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.ActionsResponse {
+func actionsResponse(res player.Result, sw, sh int, took time.Duration) api.ActionsResponse {
 	out := api.ActionsResponse{Text: res.Text, Executed: res.Executed, SettleMS: res.SettleMS,
 		SettleTimedOut: res.SettleTimedOut, SettleGuestBusy: res.SettleGuestBusy, Clipboard: res.Clipboard,
 		ScreenshotWidth: sw, ScreenshotHeight: sh, DurationMS: float64(took.Microseconds()) / 1000}
@@ -94,7 +95,7 @@ func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.Act
 		img := api.Image(*res.Image)
 		out.Image = &img
 	}
-	for _, b := range res.ClaudeContent() {
+	for _, b := range vocab.ClaudeContent(res) {
 		cb := api.ContentBlock{Type: b.Type, Text: b.Text}
 		if b.Source != nil {
 			src := api.ImageSource(*b.Source)
@@ -105,8 +106,8 @@ func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.Act
 	return out
 }
 
-func replyOptions(o api.ReplyOptions) actions.ReplyOptions {
-	return actions.ReplyOptions{ToolUseID: o.ToolUseID, ErrorsAsResults: o.ErrorsAsResults,
+func replyOptions(o api.ReplyOptions) vocab.ReplyOptions {
+	return vocab.ReplyOptions{ToolUseID: o.ToolUseID, ErrorsAsResults: o.ErrorsAsResults,
 		AcknowledgeSafetyChecks: o.AcknowledgeSafetyChecks}
 }
 
@@ -114,7 +115,7 @@ func replyOptions(o api.ReplyOptions) actions.ReplyOptions {
 // ran (as for neutral actions), and the reply in the agent's shape. The
 // SDK param types are converted through their JSON, which is the shape
 // both sides agree on.
-func callResponse(rep actions.Reply, sw, sh int) (api.ActionsResponse, error) {
+func callResponse(rep vocab.Reply, sw, sh int) (api.ActionsResponse, error) {
 	out := actionsResponse(rep.Result, sw, sh, 0)
 	out.Terminal = rep.Terminal
 	if rep.Claude != nil {

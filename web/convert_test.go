@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 // The api types replaced server types that were sent as JSON directly.
@@ -85,26 +86,26 @@ func TestWirePools(t *testing.T) {
 }
 
 func TestWireActionsResponse(t *testing.T) {
-	res := actions.Result{Text: "X=1,Y=2", Image: &actions.Image{MediaType: "image/png", Data: "iVBO", Width: 1024, Height: 640},
+	res := player.Result{Text: "X=1,Y=2", Image: &player.Image{MediaType: "image/png", Data: "iVBO", Width: 1024, Height: 640},
 		Executed: 3, Settle: 250 * time.Millisecond, SettleMS: 250, SettleTimedOut: true, SettleGuestBusy: 2, Clipboard: new("Grüße")}
 	type oldResponse struct {
-		Content []actions.ContentBlock `json:"content"`
-		actions.Result
+		Content []vocab.ContentBlock `json:"content"`
+		player.Result
 		ScreenshotWidth  int     `json:"screenshot_width"`
 		ScreenshotHeight int     `json:"screenshot_height"`
 		DurationMS       float64 `json:"duration_ms"`
 	}
 	took := 312500 * time.Microsecond
-	old := oldResponse{Content: res.ClaudeContent(), Result: res, ScreenshotWidth: 1024, ScreenshotHeight: 640, DurationMS: 312.5}
+	old := oldResponse{Content: vocab.ClaudeContent(res), Result: res, ScreenshotWidth: 1024, ScreenshotHeight: 640, DurationMS: 312.5}
 	sameJSON(t, "actions response", old, actionsResponse(res, 1024, 640, took))
-	empty := actions.Result{}
-	old = oldResponse{Content: empty.ClaudeContent(), Result: empty, DurationMS: 312.5}
+	empty := player.Result{}
+	old = oldResponse{Content: vocab.ClaudeContent(empty), Result: empty, DurationMS: 312.5}
 	sameJSON(t, "empty actions response", old, actionsResponse(empty, 0, 0, took))
 }
 
 func TestWireRunOptions(t *testing.T) {
 	in := `{"settle_quiet_ms":100,"settle_max_ms":2000,"no_settle":true,"no_guest_settle":true,"screenshot":"never","format":"jpeg","jpeg_quality":80}`
-	var old actions.RunOptions
+	var old player.RunOptions
 	var conv api.RunOptions
 	if err := json.Unmarshal([]byte(in), &old); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -58,7 +59,7 @@ func run(image string, n int, wait time.Duration, state string) error {
 		return err
 	}
 	waitActs := []actions.Action{actions.Wait{Duration: wait}}
-	quick := actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}
+	quick := player.RunOptions{NoSettle: true, Screenshot: player.ScreenshotNever}
 
 	// resetB is B's reset as the API's reset route answers it: once B's
 	// desk has applied it.
@@ -87,7 +88,7 @@ func run(image string, n int, wait time.Duration, state string) error {
 
 		ran := make(chan time.Time, 1)
 		go func() {
-			_, err := da.Run(ctx, actions.ScreenshotSize{}, waitActs, quick)
+			_, err := da.Run(ctx, player.ScreenshotSize{}, waitActs, quick)
 			if err == nil {
 				fmt.Fprintf(os.Stderr, "A's %s wait ran to its end: its reset did not cut it short\n", wait)
 			}

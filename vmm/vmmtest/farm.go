@@ -112,7 +112,7 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 		return vmm.VM{}, err
 	}
 	if len(f.Images) > 0 && !slices.Contains(f.Images, o.Image) {
-		return vmm.VM{}, &fielderr.Error{Field: "image", Msg: fmt.Sprintf("image %q is not one of %v", o.Image, f.Images),
+		return vmm.VM{}, &fielderr.Error{Path: fielderr.Name("image"), Msg: fmt.Sprintf("image %q is not one of %v", o.Image, f.Images),
 			Errs: []error{vmm.ErrUnknownImage}}
 	}
 	if f.CreateHook != nil {
