@@ -83,6 +83,7 @@ const (
 	CodeNoDisplay         = "no_display"         // the server has no display backend
 	CodeHumanControl      = "human_control"      // a person holds control of the VM
 	CodeDisplayClosed     = "display_closed"     // the VM's display closed under the call (VM died or destroyed)
+	CodeVMReset           = "vm_reset"           // the VM was reset under the call (a manual reset or the episode's end) and its actions cut short
 	CodeTooManyViewers    = "too_many_viewers"   // a viewer connection over the per-VM or farm-wide cap
 	CodeGuestInput        = "guest_input_error"  // input through the guest's session (Unicode text, horizontal scroll, back/forward, clipboard) failed
 	CodeNotHostPlayable   = "not_host_playable"  // pyautogui code that must run in the guest, where it could not
@@ -136,6 +137,7 @@ var statuses = map[string]int{
 	CodeNoDisplay:         http.StatusNotImplemented,
 	CodeHumanControl:      http.StatusConflict,
 	CodeDisplayClosed:     http.StatusGone,
+	CodeVMReset:           http.StatusConflict,
 	CodeTooManyViewers:    http.StatusTooManyRequests,
 	CodeGuestInput:        http.StatusBadGateway,
 	CodeNotHostPlayable:   http.StatusBadRequest,

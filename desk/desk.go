@@ -38,8 +38,9 @@ type Desk struct {
 	execs  map[string]*list.Element // by size; values *execEntry
 	lru    *list.List               // front: most recently used
 
-	ctl control
-	act activityLog
+	ctl  control
+	act  activityLog
+	runs runSet
 
 	// guest and activity reach inside the guest (nil without a farm that
 	// can: GuestExec, CPUTimer).
@@ -58,6 +59,7 @@ func newDesk(id string, disp Display, maxExec int, log *slog.Logger) *Desk {
 	d.hub = newHub(id, disp, log)
 	d.act.init()
 	d.ctl.init(id, disp, log)
+	d.runs.init()
 	d.Display = disp
 	return d
 }
@@ -86,6 +88,7 @@ func (d *Desk) close(why *ClosedError) {
 	d.closeBy = why
 	close(d.done)
 	d.closeMu.Unlock()
+	d.runs.cancelAll(why)
 	d.ctl.clear()
 	// The connection first: by the time a viewer or feed hears of the
 	// close, the VM's display is gone.
@@ -97,11 +100,17 @@ func (d *Desk) close(why *ClosedError) {
 	d.log.Info("desk closed", "vm", d.VM, "op", "desk.close", "reason", why.Reason)
 }
 
-// reset applies vmm.EventReset, seen at 'at': held input is released (the
-// guest no longer knows of it, and the executors must not think it held),
-// control goes back to the agent unless it was taken after the reset, and
-// the activity log starts a fresh segment.
+// reset applies vmm.EventReset, seen at 'at': runs begun before it are
+// cancelled (they end with a *ResetError), held input is released once they
+// have returned (the guest no longer knows of it, and the executors must
+// not think it held), control goes back to the agent unless it was taken
+// after the reset, and the activity log starts a fresh segment. It runs on
+// the VM's own lane (Pool.route): waiting for the runs to stop delays only
+// this VM's later events.
 func (d *Desk) reset(at time.Time) {
+	if n := d.runs.cancelBefore(at, &ResetError{VM: d.VM, At: at}); n > 0 {
+		d.log.Info("runs cut short by a reset", "vm", d.VM, "op", "reset", "runs", n)
+	}
 	if err := d.releaseAgentInput(); err != nil {
 		d.log.Warn("release agent input after reset", "vm", d.VM, "op", "reset", "err", err)
 	}
@@ -111,7 +120,8 @@ func (d *Desk) reset(at time.Time) {
 	d.act.segment(at)
 }
 
-// releaseAgentInput lets go of every key and button the executors hold.
+// releaseAgentInput lets go of every key and button the executors hold. Each
+// executor's Release waits for the run it is playing to return.
 func (d *Desk) releaseAgentInput() error {
 	d.execMu.Lock()
 	es := make([]*player.Executor, 0, d.lru.Len())
@@ -195,19 +205,31 @@ func (d *Desk) Run(ctx context.Context, size player.ScreenshotSize, acts []actio
 	if err != nil {
 		return RunResult{}, err
 	}
+	ctx, end := d.runs.start(ctx)
+	defer end()
 	d.syncPointer(ctx, acts)
 	res, err := e.Run(ctx, acts, opts)
 	sc := e.Scaler()
 	d.act.add(agentEvents(acts, res, sc)...)
 	out := RunResult{Result: res}
 	out.Screenshot.X, out.Screenshot.Y = sc.ScreenshotSize()
-	if err != nil {
-		if cerr := d.closedUnder(ctx, err); cerr != nil {
-			return out, fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
-		}
-		return out, fmt.Errorf("actions on vm %s: %w", d.VM, err)
+	return out, d.runError(ctx, err)
+}
+
+// runError names the VM in a run's error and says why a run ended early: a
+// reset or the desk's close that cancelled it (ctx is the run's context
+// from runs.start), or the VM's death under a failed display write.
+func (d *Desk) runError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
 	}
-	return out, nil
+	if cause := context.Cause(ctx); cause != nil && (errors.Is(cause, ErrReset) || errors.Is(cause, ErrClosed)) {
+		return fmt.Errorf("%w (%v)", cause, err)
+	}
+	if cerr := d.closedUnder(ctx, err); cerr != nil {
+		return fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
+	}
+	return fmt.Errorf("actions on vm %s: %w", d.VM, err)
 }
 
 // deathGrace is how long a failed display write waits for the VM's death
@@ -250,16 +272,12 @@ func (d *Desk) RunCall(ctx context.Context, size player.ScreenshotSize, play fun
 	if err != nil {
 		return image.Point{}, err
 	}
+	ctx, end := d.runs.start(ctx)
+	defer end()
 	err = play(ctx, deskRunner{d: d, e: e})
 	var sc image.Point
 	sc.X, sc.Y = e.Scaler().ScreenshotSize()
-	if err != nil {
-		if cerr := d.closedUnder(ctx, err); cerr != nil {
-			return sc, fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
-		}
-		return sc, fmt.Errorf("actions on vm %s: %w", d.VM, err)
-	}
-	return sc, nil
+	return sc, d.runError(ctx, err)
 }
 
 // deskRunner is the vocab.Runner RunCall hands a Call: an executor behind

@@ -12,19 +12,25 @@
 //   - the activity log the live view overlays.
 //
 // A Pool holds the desks of a farm. It subscribes to the farm's lifecycle
-// events (vmm.Farm.Subscribe) and is the only place desks end:
+// events (vmm.Farm.Subscribe) and is the only place desks end. Its one
+// subscription only routes each event to its VM's lane, a queue applied
+// in order by a goroutine of its own, so a VM whose event is slow to apply
+// (a reset waiting for a run to stop) delays none of the other VMs' events:
 //
 //   - vmm.EventReset (a manual POST /v1/vms/{id}/reset and the end of an
-//     episode alike): the guest is back at its snapshot, so every key and
+//     episode alike): the runs begun before the reset are cancelled (they
+//     end with a *ResetError; a run begun since goes on), the guest is back
+//     at its snapshot, so once those runs have returned every key and
 //     button agents or the person hold is released, control goes back to
 //     the agent (a grant made after the reset stays), and the activity log starts a fresh segment (a "reset"
 //     event from source "farm"; sequence numbers keep counting so a
 //     following feed misses nothing).
 //     Pool.WaitReset lets the caller of a reset answer only once this is
 //     done.
-//   - vmm.EventDied and vmm.EventDestroyed: the desk closes. Its VNC
-//     connection closes, its viewers end with the reason, and the next Get
-//     of the VM fails (the VM is no longer ready).
+//   - vmm.EventDied and vmm.EventDestroyed: the desk closes. Its runs are
+//     cancelled with the reason, its VNC connection closes, its viewers end
+//     with the reason, and the next Get of the VM fails (the VM is no
+//     longer ready).
 //
 // A desk is dialled on first use (Pool.Get), not on EventReady: warm pool
 // VMs nobody watches keep no connection and no mirror. Dialling happens

@@ -17,7 +17,25 @@ var (
 	// ErrNotInControl: takeover input or a control token that is not the
 	// VM's current one.
 	ErrNotInControl = errors.New("not the vm's current control token")
+	// ErrReset: an agent's run was cut short because its VM was reset
+	// under it (a manual reset, or the end of its episode). The error is a
+	// *ResetError.
+	ErrReset = errors.New("the vm was reset under the run")
 )
+
+// ResetError is a run cut short by a reset of its VM: what it had played
+// is gone with the rest of the guest's state.
+type ResetError struct {
+	VM string
+	At time.Time // when the reset was seen (vmm.Event.At)
+}
+
+func (e *ResetError) Error() string {
+	return fmt.Sprintf("actions on vm %s: cut short by a reset of the vm at %s", e.VM, e.At.Format(time.RFC3339Nano))
+}
+
+// Unwrap makes the error match ErrReset.
+func (e *ResetError) Unwrap() error { return ErrReset }
 
 // HumanControlError is an agent action refused while a person holds control.
 type HumanControlError struct {

@@ -14,7 +14,7 @@ import (
 // the lifecycle events that end desks.
 type Farm interface {
 	Get(ctx context.Context, id string) (vmm.VM, error)
-	Subscribe(ctx context.Context) <-chan vmm.Event
+	Subscribe(ctx context.Context, name string) <-chan vmm.Event
 }
 
 // Defaults of Options.
@@ -51,10 +51,12 @@ type Pool struct {
 
 	ctx    context.Context // ends with Close: dials and the event loop
 	cancel context.CancelFunc
-	loop   chan struct{} // closed when the event loop returns
+	loop   chan struct{}  // closed when the event loop returns
+	drains sync.WaitGroup // lanes draining (see route)
 
 	mu      sync.Mutex // guards the fields below; never held across I/O
 	entries map[string]*entry
+	lanes   map[string]*lane // per VM, the events routed and not yet applied
 	closed  bool
 	resets  map[string]resetMark // per VM, the last reset applied (see WaitReset)
 	applied chan struct{}        // closed and replaced when a mark changes
@@ -81,6 +83,14 @@ type entry struct {
 	gone   *ClosedError       // set (under Pool.mu) when the VM went away mid-dial
 }
 
+// lane is one VM's serial queue of lifecycle events. A goroutine drains it
+// while it is non-empty, so one VM's events apply in order and a desk that
+// is slow to apply one (a reset waiting for its run to stop) delays only
+// its own VM's later events.
+type lane struct {
+	queue []vmm.Event
+}
+
 // NewPool returns a pool over farm with default options; see New.
 func NewPool(farm Farm, log *slog.Logger) *Pool { return New(farm, Options{Log: log}) }
 
@@ -100,22 +110,59 @@ func New(farm Farm, opts Options) *Pool {
 		opts.MaxExecutors = DefaultMaxExecutors
 	}
 	p := &Pool{farm: farm, opts: opts, log: opts.Log, entries: map[string]*entry{}, loop: make(chan struct{}),
-		resets: map[string]resetMark{}, applied: make(chan struct{})}
+		lanes: map[string]*lane{}, resets: map[string]resetMark{}, applied: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	events := farm.Subscribe(p.ctx)
+	events := farm.Subscribe(p.ctx, "desk")
 	go p.watch(events)
 	return p
 }
 
-// watch applies lifecycle events until the subscription ends.
+// watch routes lifecycle events to their VMs' lanes until the subscription
+// ends. It never waits for a desk: the farm's one subscription must not
+// carry one VM's slow reset into every other VM's death.
 func (p *Pool) watch(events <-chan vmm.Event) {
 	defer close(p.loop)
 	for ev := range events {
+		p.route(ev)
+	}
+}
+
+// route queues ev on its VM's lane, starting the lane's drain if it is idle.
+func (p *Pool) route(ev vmm.Event) {
+	id := ev.VM.ID
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.lanes[id]; l != nil {
+		l.queue = append(l.queue, ev)
+		return
+	}
+	l := &lane{queue: []vmm.Event{ev}}
+	p.lanes[id] = l
+	p.drains.Add(1)
+	go p.drain(id, l)
+}
+
+// drain applies l's events in order; it ends (and forgets the lane) once
+// the queue is empty, so an idle farm has no lane goroutines.
+func (p *Pool) drain(id string, l *lane) {
+	defer p.drains.Done()
+	for {
+		p.mu.Lock()
+		if len(l.queue) == 0 {
+			delete(p.lanes, id)
+			p.mu.Unlock()
+			return
+		}
+		ev := l.queue[0]
+		l.queue[0] = vmm.Event{}
+		l.queue = l.queue[1:]
+		p.mu.Unlock()
 		p.apply(ev)
 	}
 }
 
-// apply is the one place a lifecycle event changes desks.
+// apply is the one place a lifecycle event changes desks. It runs on the
+// VM's lane: a reset waits there for the desk's runs to stop (Desk.reset).
 func (p *Pool) apply(ev vmm.Event) {
 	id := ev.VM.ID
 	switch ev.Kind {
@@ -315,4 +362,5 @@ func (p *Pool) Close() {
 	}
 	p.cancel()
 	<-p.loop
+	p.drains.Wait()
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // rig is a Pool over an in-memory farm whose displays are fakes; a VM's
-// dial blocks while hang[id] is open.
+// dial blocks while hang[id] is open, and wrap[id] replaces its display.
 type rig struct {
 	t    *testing.T
 	farm *vmmtest.Farm
@@ -25,12 +25,14 @@ type rig struct {
 	mu    sync.Mutex
 	disps map[string]*fakeDisplay
 	hang  map[string]chan struct{}
+	wrap  map[string]func(*fakeDisplay) Display
 	dials map[string]int
 }
 
 func newRig(t *testing.T, vms int) *rig {
 	t.Helper()
-	r := &rig{t: t, farm: vmmtest.New(), disps: map[string]*fakeDisplay{}, hang: map[string]chan struct{}{}, dials: map[string]int{}}
+	r := &rig{t: t, farm: vmmtest.New(), disps: map[string]*fakeDisplay{}, hang: map[string]chan struct{}{},
+		wrap: map[string]func(*fakeDisplay) Display{}, dials: map[string]int{}}
 	for range vms {
 		if _, err := r.farm.Create(context.Background(), vmm.CreateOptions{Image: "tiny"}); err != nil {
 			t.Fatal(err)
@@ -56,7 +58,11 @@ func (r *rig) dial(ctx context.Context, vm vmm.VM, _ *slog.Logger) (Display, err
 	d := newFakeDisplay(640, 400)
 	r.mu.Lock()
 	r.disps[vm.ID] = d
+	wrap := r.wrap[vm.ID]
 	r.mu.Unlock()
+	if wrap != nil {
+		return wrap(d), nil
+	}
 	return d, nil
 }
 

@@ -30,7 +30,7 @@ const DefaultImage = "osworld"
 type PortsFarm interface {
 	VMFarm
 	List(ctx context.Context) ([]vmm.VM, error)
-	Subscribe(ctx context.Context) <-chan vmm.Event
+	Subscribe(ctx context.Context, name string) <-chan vmm.Event
 }
 
 // Ports gives each OSWorld VM two TCP listeners of its own, open while the
@@ -92,7 +92,7 @@ func (p *Ports) want(vm vmm.VM) bool {
 // that become ready, closes them when their VM dies or is destroyed, and
 // closes all of them when ctx ends.
 func (p *Ports) Run(ctx context.Context) error {
-	events := p.Farm.Subscribe(ctx)
+	events := p.Farm.Subscribe(ctx, "osworld")
 	vms, err := p.Farm.List(ctx)
 	if err != nil {
 		return fmt.Errorf("osworld ports: list vms: %w", err)

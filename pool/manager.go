@@ -23,7 +23,7 @@ type VMs interface {
 	Get(ctx context.Context, id string) (vmm.VM, error)
 	Destroy(ctx context.Context, id string) error
 	Reset(ctx context.Context, id string) (vmm.ResetResult, error)
-	Subscribe(ctx context.Context) <-chan vmm.Event
+	Subscribe(ctx context.Context, name string) <-chan vmm.Event
 	SetLabel(ctx context.Context, id, key, value string) error
 }
 
@@ -137,7 +137,7 @@ func New(ctx context.Context, vms VMs, cfg Config, opts Options) (*Manager, erro
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	// Subscribe before listing, so that nothing that happens between the
 	// list and the loop is missed.
-	events := vms.Subscribe(m.ctx)
+	events := vms.Subscribe(m.ctx, "pool")
 	toFinish, err := m.recover(ctx)
 	if err != nil {
 		m.stop()

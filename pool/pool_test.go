@@ -742,7 +742,7 @@ func TestDiedWhileBooting(t *testing.T) {
 // deafFarm hides vmm's events, as a lost libvirt connection would.
 type deafFarm struct{ *vmmtest.Farm }
 
-func (deafFarm) Subscribe(context.Context) <-chan vmm.Event { return nil }
+func (deafFarm) Subscribe(context.Context, string) <-chan vmm.Event { return nil }
 
 // TestSafetyReconcile: with no events, the periodic reconcile still finds
 // a dead warm VM and a VM destroyed behind the pool's back.

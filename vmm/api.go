@@ -104,8 +104,9 @@ type Farm interface {
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
 	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error
 	// Subscribe returns the lifecycle events published after the call (see
-	// Event); the channel closes when ctx ends or the farm closes.
-	Subscribe(ctx context.Context) <-chan Event
+	// Event); the channel closes when ctx ends or the farm closes. name
+	// says who subscribes, for the queue metrics (Bus).
+	Subscribe(ctx context.Context, name string) <-chan Event
 	// SetLabel sets (or, with "", removes) one label of a VM; labels
 	// survive restarts.
 	SetLabel(ctx context.Context, id, key, value string) error

@@ -62,7 +62,7 @@ func TestE2EDeathIsAnnounced(t *testing.T) {
 	m := testenv.Manager(t, "tiny")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	evs := m.Subscribe(ctx)
+	evs := m.Subscribe(ctx, "test")
 	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
 
 	killed, err := m.Create(ctx, opts)

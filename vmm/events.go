@@ -42,8 +42,14 @@ type Event struct {
 
 // Subscribe returns every lifecycle event published after the call, in
 // order per VM. The channel is closed when ctx ends or the Manager closes.
-// Publishing never waits for a subscriber.
-func (m *Manager) Subscribe(ctx context.Context) <-chan Event { return m.events.Subscribe(ctx) }
+// Publishing never waits for a subscriber. name says who subscribes, in
+// EventQueues and the logs (see Bus).
+func (m *Manager) Subscribe(ctx context.Context, name string) <-chan Event {
+	return m.events.Subscribe(ctx, name)
+}
+
+// EventQueues reports each subscriber's queue of events not yet received.
+func (m *Manager) EventQueues() []QueueStat { return m.events.Queues() }
 
 // publish sends an event about mc; callers hold mc.op exclusively, which
 // keeps one VM's events in order.

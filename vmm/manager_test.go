@@ -63,7 +63,7 @@ func newTestFarm(t *testing.T, hv *fakeHV, tweak func(*Config)) *testFarm {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &testFarm{m: m, hv: hv, dir: state, evs: m.Subscribe(ctx)}
+	f := &testFarm{m: m, hv: hv, dir: state, evs: m.Subscribe(ctx, "test")}
 	t.Cleanup(func() { cancel(); m.Close() })
 	return f
 }

@@ -61,6 +61,7 @@ var sentinels = []sentinel{
 	{desk.ErrHumanControl, api.CodeHumanControl},
 	{desk.ErrNotInControl, api.CodeForbidden},
 	{desk.ErrClosed, api.CodeDisplayClosed},
+	{desk.ErrReset, api.CodeVMReset},
 
 	{vocab.ErrNotHostPlayable, api.CodeNotHostPlayable},
 	{actions.ErrGuest, api.CodeGuestInput},

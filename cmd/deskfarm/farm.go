@@ -70,7 +70,8 @@ func openFarm(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, erro
 		return nil, nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		eventQueueCollector{m})
 	pools, err := pool.New(ctx, m, pc, pool.Options{StateDir: cfg.StateDir, Log: slog.Default(), Registerer: reg})
 	if err != nil {
 		m.Close()

@@ -317,7 +317,12 @@ func (f *Farm) FileMode(id, path string) uint32 {
 }
 
 // Subscribe returns the farm's lifecycle events.
-func (f *Farm) Subscribe(ctx context.Context) <-chan vmm.Event { return f.events.Subscribe(ctx) }
+func (f *Farm) Subscribe(ctx context.Context, name string) <-chan vmm.Event {
+	return f.events.Subscribe(ctx, name)
+}
+
+// EventQueues reports each subscriber's queue, as vmm.Manager's does.
+func (f *Farm) EventQueues() []vmm.QueueStat { return f.events.Queues() }
 
 // SetLabel sets or removes a label.
 func (f *Farm) SetLabel(_ context.Context, id, key, value string) error {
