@@ -18,17 +18,16 @@ type (
 // (issue 9) is refused here.
 func (s *server) mayTakeControl(r *http.Request) error { return nil }
 
-func (s *server) takeControl(w http.ResponseWriter, r *http.Request) error {
+// takeControl serves POST /v1/vms/{id}/control; its row is a mutating
+// one, so an unleased pool VM refuses it and a taken one is touched.
+func (s *server) takeControl(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
 	}
 	if err := s.mayTakeControl(r); err != nil {
 		return err
 	}
-	if err := s.mayChange(vmID(r), ""); err != nil {
-		return err
-	}
-	d, err := s.desks.Get(r.Context(), vmID(r))
+	d, err := s.desks.Get(r.Context(), t.vm)
 	if err != nil {
 		return err
 	}
