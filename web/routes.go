@@ -163,6 +163,8 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/metrics", op: "metrics", policy: watch, h: s.metrics},
 		// Browser viewers.
 		{method: "GET", path: "/{$}", op: "dashboard", policy: watch, h: s.dashboard},
+		// The dashboard's feed (live.go); it holds a viewer slot.
+		{method: "GET", path: "/v1/live", op: "live", policy: watch, h: s.capped(s.farmLive)},
 		{method: "GET", path: "/wall", op: "wall", policy: watch, h: s.wall},
 		{method: "GET", path: "/vms/{id}", op: "live_view", policy: watch, h: s.liveView},
 		{method: "GET", path: "/assets/{path...}", op: "assets", policy: watch, h: s.assets},

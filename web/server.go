@@ -101,6 +101,8 @@ type server struct {
 	hosts       []hostRule
 	// mcp serves /mcp (mcp.go).
 	mcp *mcpRoute
+	// live feeds the dashboard (live.go).
+	live *liveHub
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -128,6 +130,7 @@ func newServer(farm vmm.Farm, opts Options) *server {
 	}
 	s.initEpisodes(opts)
 	s.mcp = newMCPRoute(s.log) // mcp.go
+	s.live = newLiveHub(s)
 	return s
 }
 
