@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/api"
-	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
@@ -97,19 +96,8 @@ func liveVM(st api.FarmState, id string) (api.LiveVM, bool) {
 // control, the episode's end and the VM's destruction, each in a message
 // of its own, to a viewer token.
 func TestLiveFeedFollowsTheFarm(t *testing.T) {
-	farm := vmmtest.New()
-	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 2}}}
-	cfg.SetDefaults()
-	log := slog.New(slog.DiscardHandler)
-	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
-		return &stillDisplay{}, nil
-	}})
-	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log, ViewerToken: "view-secret"}))
-	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+	srv, _, _ := stillPoolFarm(t, pool.PoolConfig{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 2},
+		Options{ViewerToken: "view-secret"})
 
 	feed := openLive(t, srv.URL, "Authorization", "Bearer view-secret")
 	st := feed.until("the warm pool", func(st api.FarmState) bool {

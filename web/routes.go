@@ -203,15 +203,9 @@ func (s *server) expand(rows []route) []route {
 		if rt.mutates {
 			h = s.mutates(h)
 		}
-		variants := []struct {
-			via, prefix string
-			on          func(targetHandler) apiHandler
-		}{{"vm", "/v1/vms/{id}", s.onVM}}
+		variants := []variant{{"vm", "/v1/vms/{id}", s.onVM}}
 		if rt.scope == vmAndEpisode {
-			variants = append(variants, struct {
-				via, prefix string
-				on          func(targetHandler) apiHandler
-			}{"episode", "/v1/episodes/{id}", s.onEpisode})
+			variants = append(variants, variant{"episode", "/v1/episodes/{id}", s.onEpisode})
 		}
 		for _, v := range variants {
 			r := rt
@@ -223,6 +217,13 @@ func (s *server) expand(rows []route) []route {
 		}
 	}
 	return out
+}
+
+// variant is one of the paths a VM row is served at: its timing label,
+// its prefix and the resolver of its target.
+type variant struct {
+	via, prefix string
+	on          func(targetHandler) apiHandler
 }
 
 // check reports a row that cannot be served.
