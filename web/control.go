@@ -15,7 +15,7 @@ type (
 
 // mayTakeControl is the gate in front of desk.Desk.TakeControl, the one way
 // control is taken. Today every authenticated client may; the viewer token
-// (issue 9) is refused here.
+// is refused before it, by the route's row (routes.go).
 func (s *server) mayTakeControl(r *http.Request) error { return nil }
 
 // takeControl serves POST /v1/vms/{id}/control; its row is a mutating

@@ -160,6 +160,9 @@ func (h *liveHub) publish(ctx context.Context) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if ctx.Err() != nil {
+		return // the last reader left: the next loop starts afresh
+	}
 	if h.latest != nil && bytes.Equal(key, h.key) {
 		return
 	}

@@ -238,6 +238,8 @@ func (rt route) check() error {
 		return fmt.Errorf("route %s: wants exactly one of h and vm", what)
 	case rt.mutates && rt.vm == nil:
 		return fmt.Errorf("route %s: mutates applies to a VM row (vm), which resolves the VM", what)
+	case rt.timed != nil && rt.vm == nil:
+		return fmt.Errorf("route %s: timed applies to a VM row (vm), which labels it vm or episode", what)
 	case rt.controlWhen != nil && rt.access != accessWatch:
 		return fmt.Errorf("route %s: controlWhen applies to a watch route", what)
 	case (rt.method == "GET" || rt.method == "HEAD") && rt.body != bodyNone:
