@@ -99,6 +99,9 @@ type Manager struct {
 	// diedEarly holds VMs of a pool that died before their Create returned
 	// (the event can beat the pool's record of them).
 	diedEarly map[string]time.Time
+	// changed is closed at the next change (changes.go); nil when no one
+	// waits.
+	changed chan struct{}
 }
 
 // New recovers the pools' state from the VMs' labels and the state file in
@@ -203,6 +206,7 @@ func (m *Manager) goEnd(id, reason string) {
 
 // snapshotLocked is the state file's content now, with its version.
 func (m *Manager) snapshotLocked() snapshot {
+	m.changedLocked()
 	m.seq++
 	st := persisted{Version: stateVersion, Ended: slices.Clone(m.ended), Episodes: []Episode{}}
 	for _, l := range m.leases {

@@ -39,6 +39,9 @@ func (m *Manager) stepLocked(mb *member, in input) (effects, error) {
 		m.log.Debug("pool member input refused", "op", in.String(), "vm", mb.vm, "pool", mb.pool, "state", from, "dirty", mb.dirty)
 		return 0, err
 	}
+	if from != to || dirty != mb.dirty {
+		m.changedLocked()
+	}
 	mb.state, mb.dirty = to, dirty
 	if to != stLeased && to != stResetting {
 		mb.episode = ""
@@ -141,6 +144,7 @@ func (m *Manager) addBootingLocked(p *poolRT, reserved bool) *member {
 	m.bootN++
 	mb := &member{key: fmt.Sprintf("boot-%d", m.bootN), pool: p.cfg.Name, state: stBooting, reserved: reserved, fits: true}
 	m.members[mb.key] = mb
+	m.changedLocked()
 	return mb
 }
 

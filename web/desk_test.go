@@ -382,19 +382,7 @@ func TestEpisodeRoutesUseTheEpisodesDefaults(t *testing.T) {
 // not_leased (issue 9: the next episode must not lease it dirty); reads
 // still work, and once leased the same calls go through.
 func TestUnleasedPoolVMRefusesChanges(t *testing.T) {
-	farm := vmmtest.New()
-	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 1}}}
-	cfg.SetDefaults()
-	log := slog.New(slog.DiscardHandler)
-	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
-		return &stillDisplay{}, nil
-	}})
-	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
-	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+	srv, _, pools := stillPoolFarm(t, pool.PoolConfig{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 1}, Options{})
 
 	var warm string
 	for deadline := time.Now().Add(5 * time.Second); warm == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -446,20 +434,8 @@ func TestUnleasedPoolVMRefusesChanges(t *testing.T) {
 // starts an episode on it.
 func startEpisodeOnStill(t *testing.T) (*httptest.Server, EpisodeResponse) {
 	t.Helper()
-	farm := vmmtest.New()
-	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
-		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}}}
-	cfg.SetDefaults()
-	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
-		return &stillDisplay{}, nil
-	}})
-	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Pools: pools, Logger: log}))
-	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+	srv, _, _ := stillPoolFarm(t, pool.PoolConfig{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1,
+		MinWarm: 1, Max: 1, ScreenshotSize: "320x200"}, Options{})
 	code, b := send(t, "POST", srv.URL+"/v1/episodes", `{}`)
 	if code != http.StatusCreated {
 		t.Fatalf("start episode: %d %s", code, b)
@@ -467,4 +443,25 @@ func startEpisodeOnStill(t *testing.T) (*httptest.Server, EpisodeResponse) {
 	var ep EpisodeResponse
 	json.Unmarshal(b, &ep)
 	return srv, ep
+}
+
+// stillPoolFarm serves a fake farm with one pool of pc, whose desks show
+// a still screen; opts adds to the server's options.
+func stillPoolFarm(t *testing.T, pc pool.PoolConfig, opts Options) (*httptest.Server, *vmmtest.Farm, *pool.Manager) {
+	t.Helper()
+	farm := vmmtest.New()
+	cfg := pool.Config{Pools: []pool.PoolConfig{pc}}
+	cfg.SetDefaults()
+	log := slog.New(slog.DiscardHandler)
+	pools, err := pool.New(context.Background(), farm, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
+		return &stillDisplay{}, nil
+	}})
+	opts.Desks, opts.Pools, opts.Logger = desks, pools, log
+	srv := httptest.NewServer(NewServer(farm, opts))
+	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
+	return srv, farm, pools
 }

@@ -84,7 +84,7 @@ type role int
 
 const (
 	roleNone    role = iota // not authenticated: /healthz only
-	roleViewer              // watch: pages, screenshots, streams, GET routes
+	roleViewer              // the routes declared accessWatch (routes.go)
 	roleControl             // everything
 )
 
@@ -112,11 +112,12 @@ type access struct {
 
 // authenticate decides who a request is: a client in a trusted network
 // (unless it presents a token, which then decides), the holder of the
-// control token or of the viewer token. /healthz is open to all. Tokens
+// control token or of the viewer token. A public route (need) is open to
+// all. Tokens
 // are compared by digest, so neither their content nor their length
 // leaks through timing.
-func (s *server) authenticate(r *http.Request) (access, error) {
-	if r.URL.Path == "/healthz" {
+func (s *server) authenticate(r *http.Request, need accessLevel) (access, error) {
+	if need == accessPublic {
 		return access{}, nil // anyone may ask; it tells nothing
 	}
 	got, source, err := bearerToken(r)

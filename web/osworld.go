@@ -32,7 +32,7 @@ func Authenticate(opts Options) func(http.Handler) http.Handler {
 				writeError(w, r, err)
 				return
 			}
-			a, err := s.authenticate(r)
+			a, err := s.authenticate(r, accessControl)
 			if err != nil {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="deskfarm"`)
 				writeError(w, r, err)

@@ -13,10 +13,14 @@ package web
 //  2. the Host check: only names of this farm reach any route, else 421;
 //  3. the cross-site check: a state change (any method but GET and HEAD)
 //     or a websocket handshake from a page of another origin gets 403, and
-//     a body must declare the type its route takes, else 415;
+//     a body must declare the type its route's row takes, else 415;
 //  4. authentication (middleware.go): trusted network, control token or
-//     viewer token, else 401;
-//  5. the role check: a viewer token watches and does nothing else, 403.
+//     viewer token, else 401, unless the row is public;
+//  5. the role check: a viewer token may call only the rows declared
+//     watch, else 403.
+//
+// What each route takes and who may call it is declared on its row of the
+// route table (routes.go); nothing here reads the URL to decide.
 //
 // The threat model and the test that proves each guard are in
 // docs/security.md.
@@ -69,14 +73,22 @@ func (s *server) guard(mux *http.ServeMux) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		// The route decides the body type and what a viewer may do; the
-		// mux finds it without serving it.
-		_, pattern := mux.Handler(r)
-		if err := s.checkCrossSite(r, pattern); err != nil {
+		// The matched row of the route table (routes.go) declares the
+		// body type and who may call it; the mux finds it without serving
+		// it. A request that matches no row (404, 405) runs nothing but an
+		// error answer: it needs a token, nothing more.
+		h, _ := mux.Handler(r)
+		rt, _ := h.(*routeHandler)
+		p := policy{access: accessWatch, body: bodyNone}
+		if rt != nil {
+			p = rt.policy
+		}
+		if err := s.checkCrossSite(r, p.body); err != nil {
 			writeError(w, r, err)
 			return
 		}
-		a, err := s.authenticate(r)
+		need := p.needs(r)
+		a, err := s.authenticate(r, need)
 		if info := infoFrom(r); info != nil {
 			info.auth = a.role.String()
 		}
@@ -89,13 +101,15 @@ func (s *server) guard(mux *http.ServeMux) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		if a.role == roleViewer {
-			if what := needsControl(r, pattern); what != "" {
-				writeError(w, r, &httpError{status: http.StatusForbidden, code: api.CodeViewerToken,
-					msg: fmt.Sprintf("this is a viewer token: it can watch, but %s needs the control token "+
-						"(deskfarm serve --token, or the state dir's token file)", what)})
-				return
+		if a.role == roleViewer && need == accessControl {
+			op := ""
+			if rt != nil {
+				op = " (" + rt.op + ")"
 			}
+			writeError(w, r, &httpError{status: http.StatusForbidden, code: api.CodeViewerToken,
+				msg: fmt.Sprintf("this is a viewer token: it can watch, but %s %s%s needs the control token "+
+					"(deskfarm serve --token, or the state dir's token file)", r.Method, r.URL.Path, op)})
+			return
 		}
 		if a.fromQuery {
 			// A browser opened a link with ?token= and the token was the
@@ -160,7 +174,7 @@ func (s *server) allowedName(r *http.Request, name, port string) bool {
 // browser sends for a page of another origin, and a body of a type its
 // route does not take. Clients that are not browsers send neither Origin
 // nor Sec-Fetch-Site and pass.
-func (s *server) checkCrossSite(r *http.Request, pattern string) error {
+func (s *server) checkCrossSite(r *http.Request, body bodyKind) error {
 	ws := websocket.IsWebSocketUpgrade(r)
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions {
 		if !ws {
@@ -186,7 +200,7 @@ func (s *server) checkCrossSite(r *http.Request, pattern string) error {
 	if ws || r.ContentLength == 0 {
 		return nil
 	}
-	want := bodyType(pattern)
+	want := body.mediaType()
 	got := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(got); err == nil && mt == want {
 		return nil
@@ -200,15 +214,6 @@ func (s *server) checkCrossSite(r *http.Request, pattern string) error {
 		msg: fmt.Sprintf("%s: a body of Content-Type %s is not taken here: send Content-Type: %s "+
 			"(curl: -H 'Content-Type: %s'). Web pages can send other types to any address without asking, "+
 			"so the farm refuses them", what, got, want, want)}
-}
-
-// bodyType is the media type the route of pattern takes as its body.
-func bodyType(pattern string) string {
-	switch pattern {
-	case "PUT /v1/vms/{id}/files", "PUT /v1/episodes/{id}/files":
-		return "application/octet-stream"
-	}
-	return "application/json"
 }
 
 // allowedOrigin reports whether a browser Origin is a page of this farm:
@@ -242,27 +247,6 @@ func checkOrigin(r *http.Request) bool {
 	}
 	ok, _ := r.Context().Value(originCheckedKey{}).(bool)
 	return ok
-}
-
-// needsControl names what request r does that a viewer token may not, or
-// returns "" when watching is all it does.
-func needsControl(r *http.Request, pattern string) string {
-	switch {
-	case pattern == "GET /v1/vms/{id}/files" || pattern == "GET /v1/episodes/{id}/files":
-		// A guest's files are more than its screen: keys, logs, answers.
-		return "reading guest files"
-	case strings.HasSuffix(pattern, "/cua/{path...}"):
-		// Cua's websocket is a GET, and it drives the VM.
-		return "driving the VM through Cua's protocol (" + r.Method + " " + r.URL.Path + ")"
-	case strings.HasSuffix(pattern, " /mcp"):
-		// Every MCP session acts (mcp.go), its event stream included.
-		return "using the MCP tools (" + r.Method + " /mcp)"
-	case pattern == "GET /v1/vms/{id}/vnc" && r.URL.Query().Get("control_token") != "":
-		return "typing through a takeover (GET " + r.URL.Path + " with a control_token)"
-	case r.Method != http.MethodGet && r.Method != http.MethodHead:
-		return r.Method + " " + r.URL.Path
-	}
-	return ""
 }
 
 // hostRule is one Options.AllowedHosts entry; port "" matches any.

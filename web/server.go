@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,22 +99,25 @@ type server struct {
 	// viewerToken and hosts are the access settings (security.go).
 	viewerToken string
 	hosts       []hostRule
+	// mcp serves /mcp (mcp.go).
+	mcp *mcpRoute
+	// live feeds the dashboard (live.go).
+	live *liveHub
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
 type apiHandler func(w http.ResponseWriter, r *http.Request) error
 
-type route struct {
-	method string
-	path   string
-	op     string // the slog "op" value
-	h      apiHandler
-}
-
 // NewServer returns the handler for the /v1 API and /healthz, backed by farm.
 // It sets no timeouts: creating a VM takes as long as a boot and exec up to
 // MaxExecTimeout, and both stop when the client goes away.
 func NewServer(farm vmm.Farm, opts Options) http.Handler {
+	s := newServer(farm, opts)
+	return s.handler(s.routes()) // routes.go
+}
+
+// newServer is NewServer short of the handler, for tests of the table.
+func newServer(farm vmm.Farm, opts Options) *server {
 	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
 		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts)}
 	if s.log == nil {
@@ -127,81 +129,9 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 		s.trusted = DefaultTrustedNets
 	}
 	s.initEpisodes(opts)
-	mcpr := newMCPRoute(s.log) // mcp.go
-	routes := []route{
-		{"GET", "/healthz", "health", s.health},
-		{"POST", "/v1/vms", "create", s.create},
-		{"GET", "/v1/vms", "list", s.list},
-		{"GET", "/v1/vms/{id}", "get", s.get},
-		{"DELETE", "/v1/vms/{id}", "destroy", s.destroy},
-		{"POST", "/v1/vms/{id}/reset", "reset", s.reset},
-		// The VM routes that an episode also has: the handler gets a target
-		// resolved from either path (episodes.go).
-		{"POST", "/v1/vms/{id}/exec", "exec", s.onVM(s.mutates(s.exec))},
-		{"GET", "/v1/vms/{id}/files", "read_file", s.onVM(s.readFile)},
-		{"PUT", "/v1/vms/{id}/files", "write_file", s.onVM(s.mutates(s.writeFile))},
-		{"POST", "/v1/vms/{id}/actions", "actions", s.timed(s.met.action, "vm", s.onVM(s.mutates(s.act)))},
-		{"GET", "/v1/vms/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "vm", s.onVM(s.screenshot))},
-		// Cua's computer-server protocol (cua.go): GET /status and /ws, POST /cmd.
-		{"GET", "/v1/vms/{id}/cua/{path...}", "cua", s.onVM(s.mutates(s.cua))},
-		{"POST", "/v1/vms/{id}/cua/{path...}", "cua", s.onVM(s.mutates(s.cua))},
-		// Episodes lease pool VMs (episodes.go).
-		{"POST", "/v1/episodes", "episode_start", s.startEpisode},
-		{"GET", "/v1/episodes", "episode_list", s.listEpisodes},
-		{"GET", "/v1/episodes/{id}", "episode_get", s.getEpisode},
-		{"DELETE", "/v1/episodes/{id}", "episode_end", s.endEpisode},
-		{"POST", "/v1/episodes/{id}/actions", "actions", s.timed(s.met.action, "episode", s.onEpisode(s.mutates(s.act)))},
-		{"GET", "/v1/episodes/{id}/screenshot", "screenshot", s.timed(s.met.screenshot, "episode", s.onEpisode(s.screenshot))},
-		{"POST", "/v1/episodes/{id}/exec", "exec", s.onEpisode(s.mutates(s.exec))},
-		{"GET", "/v1/episodes/{id}/files", "read_file", s.onEpisode(s.readFile)},
-		{"PUT", "/v1/episodes/{id}/files", "write_file", s.onEpisode(s.mutates(s.writeFile))},
-		{"GET", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
-		{"POST", "/v1/episodes/{id}/cua/{path...}", "cua", s.onEpisode(s.mutates(s.cua))},
-		{"GET", "/v1/pools", "pools", s.listPools},
-		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the session.
-		{"POST", "/mcp", "mcp", mcpr.serve},
-		{"GET", "/mcp", "mcp", mcpr.serve},
-		{"DELETE", "/mcp", "mcp", mcpr.serve},
-		{"GET", "/metrics", "metrics", s.metrics},
-		// Browser viewers.
-		{"GET", "/{$}", "dashboard", s.dashboard},
-		{"GET", "/wall", "wall", s.wall},
-		{"GET", "/vms/{id}", "live_view", s.liveView},
-		{"GET", "/assets/{path...}", "assets", s.assets},
-		{"GET", "/novnc/{path...}", "novnc", s.noVNC},
-		// Long-lived viewer connections hold a slot of the caps while open.
-		{"GET", "/v1/vms/{id}/stream", "stream", s.capped(s.stream)},
-		{"GET", "/v1/vms/{id}/activity", "activity", s.capped(s.activityStream)},
-		{"GET", "/v1/vms/{id}/vnc", "vnc_proxy", s.capped(s.vncProxy)},
-		{"POST", "/v1/vms/{id}/control", "take_control", s.takeControl},
-		{"GET", "/v1/vms/{id}/control", "control_status", s.controlStatus},
-		{"DELETE", "/v1/vms/{id}/control", "release_control", s.releaseControl},
-	}
-	mux := http.NewServeMux()
-	allowed := map[string][]string{}
-	for _, rt := range routes {
-		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.op, rt.h))
-		allowed[rt.path] = append(allowed[rt.path], rt.method)
-	}
-	// A method-less pattern is less specific than the method ones, so it
-	// catches only the methods a path does not serve.
-	for path, methods := range allowed {
-		if slices.Contains(methods, "GET") {
-			methods = append(methods, "HEAD")
-		}
-		allow := strings.Join(methods, ", ")
-		mux.Handle(path, s.wrap("", func(w http.ResponseWriter, r *http.Request) error {
-			w.Header().Set("Allow", allow)
-			return &httpError{status: http.StatusMethodNotAllowed, code: api.CodeMethodNotAllowed,
-				msg: fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow)}
-		}))
-	}
-	mux.Handle("/", s.wrap("", func(w http.ResponseWriter, r *http.Request) error {
-		return &httpError{status: http.StatusNotFound, code: api.CodeNotFound,
-			msg: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path)}
-	}))
-	mcpr.api = s.logRequests(mux)
-	return s.logRequests(s.guard(mux))
+	s.mcp = newMCPRoute(s.log) // mcp.go
+	s.live = newLiveHub(s)
+	return s
 }
 
 // wrap turns an apiHandler into an http.Handler that sends its error.
@@ -471,9 +401,8 @@ func (s *server) mutates(h targetHandler) targetHandler {
 	}
 }
 
-// mayChange is mutates' check, for handlers that are not targetHandlers
-// (taking control): it refuses an unleased pool VM on a /v1/vms route and
-// marks the VM touched.
+// mayChange is mutates' check: it refuses an unleased pool VM on a
+// /v1/vms route and marks the VM touched.
 func (s *server) mayChange(vm, episode string) error {
 	if s.pools == nil {
 		return nil

@@ -16,7 +16,7 @@ import (
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
-// The browser side: a dashboard (/), a wall of live thumbnails (/wall) and
+// The browser side: a dashboard (/) fed live by GET /v1/live, a wall of live thumbnails (/wall) and
 // a live view per VM (/vms/{id}), built from the embedded files in assets/.
 // noVNC, used only to take over a VM, is served from a directory on disk
 // (Options.NoVNCDir) at /novnc/, so a fresh clone builds without npm.
@@ -63,34 +63,10 @@ func (s *server) noVNC(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// dashboardRow is one VM on the dashboard.
-type dashboardRow struct {
-	vmm.VM
-	Uptime     string
-	LastAction string
-	LastAgo    string
-	Human      bool
-}
-
-// dashboard serves GET /: every VM with links to its live view.
+// dashboard serves GET /: the page draws the farm from its live feed
+// (GET /v1/live, live.go), so it carries no data of its own.
 func (s *server) dashboard(w http.ResponseWriter, r *http.Request) error {
-	vms, err := s.farm.List(r.Context())
-	if err != nil {
-		return err
-	}
-	sort.Slice(vms, func(i, j int) bool { return vms[i].CreatedAt.Before(vms[j].CreatedAt) })
-	rows := make([]dashboardRow, 0, len(vms))
-	for _, vm := range vms {
-		row := dashboardRow{VM: vm, Uptime: since(vm.CreatedAt)}
-		if d := s.peek(vm.ID); d != nil {
-			if ev, ok := d.LastEvent(); ok {
-				row.LastAction, row.LastAgo = describe(activityEvent(ev)), since(ev.Time)
-			}
-			_, row.Human = d.Human()
-		}
-		rows = append(rows, row)
-	}
-	return s.page(w, "dashboard.html", map[string]any{"VMs": rows, "Now": time.Now().Format(time.TimeOnly)})
+	return s.page(w, "dashboard.html", nil)
 }
 
 func (s *server) wall(w http.ResponseWriter, r *http.Request) error {

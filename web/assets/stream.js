@@ -1,13 +1,17 @@
 // attachStream draws the frames of vm's /stream websocket on canvas and
-// reconnects when it drops. It returns a stats object (frames drawn).
+// reconnects when it drops. It returns a stats object (frames drawn) whose
+// close() ends the stream for good.
 export function attachStream(canvas, vm, fps) {
   const ctx = canvas.getContext('2d');
   const stats = { frames: 0, bytes: 0, open: false, lastFrame: 0 };
   let chain = Promise.resolve();
+  let ws = null, closed = false;
+  stats.close = () => { closed = true; if (ws) ws.close(); };
   function connect() {
+    if (closed) return;
     const proto = location.protocol === 'https:' ? 'wss' : 'ws';
     const q = fps ? `?fps=${fps}` : '';
-    const ws = new WebSocket(`${proto}://${location.host}/v1/vms/${encodeURIComponent(vm)}/stream${q}`);
+    ws = new WebSocket(`${proto}://${location.host}/v1/vms/${encodeURIComponent(vm)}/stream${q}`);
     ws.binaryType = 'arraybuffer';
     ws.onopen = () => { stats.open = true; };
     ws.onmessage = (ev) => {
