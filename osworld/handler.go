@@ -48,16 +48,6 @@ type Options struct {
 	Recorder *FFmpeg
 	// Log receives structured logs (keys vm, op). Default slog.Default().
 	Log *slog.Logger
-	// Playback, when set, is offered each /execute command first: an
-	// agent's pyautogui code (["python", "-c", "import pyautogui; ..."])
-	// that is only input calls, sleeps, imports and comments can be played
-	// on the host as VNC input, faster and settled (package vocab's
-	// translator does the parsing). It reports whether it played the
-	// command; false runs it in the guest as usual. An error after input
-	// was sent still answers 200 (OSWorld retries anything else, which
-	// would repeat the input): it reports played true and the error, which
-	// becomes the answer's "error" with returncode 1.
-	Playback func(ctx context.Context, argv []string) (played bool, err error)
 }
 
 // Handler serves OSWorld's in-VM routes for one VM.
@@ -216,19 +206,11 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// runCommand runs a parsed /execute command: played on the host when
-// Playback takes it, else in the guest. An error means it could not run.
+// runCommand runs a parsed /execute command in the guest, as OSWorld's
+// server does (an agent's pyautogui code runs there on the image's
+// pyautogui; the actions route's "pyautogui" tool is the host-played
+// path). An error means it could not run.
 func (h *Handler) runCommand(ctx context.Context, c command) (execResult, error) {
-	if h.opts.Playback != nil {
-		played, err := h.opts.Playback(ctx, c.Argv)
-		if played {
-			res := execResult{Status: "success"}
-			if err != nil {
-				res.Error, res.ReturnCode = err.Error()+"\n", 1
-			}
-			return res, nil
-		}
-	}
 	timeout := DefaultExecTimeout
 	if c.Timeout > 0 {
 		timeout = time.Duration(c.Timeout * float64(time.Second))

@@ -575,32 +575,3 @@ func probeDuration(t *testing.T, mp4 []byte) float64 {
 }
 
 var _ io.Writer = (*bytes.Buffer)(nil)
-
-// The host playback seam: a command it plays never reaches the guest, and
-// one it declines runs there.
-func TestExecutePlaybackSeam(t *testing.T) {
-	g := newFakeGuest()
-	inGuest := 0
-	g.on("python", func(Cmd) (Result, error) { inGuest++; return Result{}, nil })
-	h := NewHandler(g, Options{Playback: func(_ context.Context, argv []string) (bool, error) {
-		switch {
-		case strings.Contains(argv[2], "pyautogui.click"):
-			return true, nil
-		case strings.Contains(argv[2], "pyautogui.moveTo"):
-			return true, errors.New("display gone")
-		}
-		return false, nil
-	}})
-	rec := postJSON(t, h, "/execute", `{"command": ["python", "-c", "import pyautogui; pyautogui.click(1, 2)"]}`)
-	if v := decode[map[string]any](t, rec); rec.Code != 200 || v["returncode"] != float64(0) || inGuest != 0 {
-		t.Errorf("played: %d %v, guest runs %d", rec.Code, v, inGuest)
-	}
-	rec = postJSON(t, h, "/execute", `{"command": ["python", "-c", "import pyautogui; pyautogui.moveTo(1, 2)"]}`)
-	if v := decode[map[string]any](t, rec); rec.Code != 200 || v["returncode"] != float64(1) || v["error"] != "display gone\n" {
-		t.Errorf("played with an error: %d %v", rec.Code, v)
-	}
-	postJSON(t, h, "/execute", `{"command": ["python", "-c", "import os; print(os.getcwd())"]}`)
-	if inGuest != 1 {
-		t.Errorf("declined command ran in the guest %d times", inGuest)
-	}
-}
