@@ -189,6 +189,7 @@ func (m *Manager) targetLocked(mb *member, op string) target {
 // follow: a failed reset is counted (the member is destroyed), and a VM
 // warm again that no longer fits its pool is evicted.
 func (m *Manager) feedLocked(mb *member, in input, o outcome) effects {
+	episode := mb.episode
 	fx, err := m.stepLocked(mb, in)
 	if err != nil {
 		// Moved on meanwhile (a destroyed event beat our own destroy).
@@ -201,7 +202,7 @@ func (m *Manager) feedLocked(mb *member, in input, o outcome) effects {
 			kind = "died"
 		}
 		m.met.failures.WithLabelValues(mb.pool, kind).Inc()
-		m.log.Warn("reset pool vm failed; destroying it", "vm", mb.vm, "pool", mb.pool, "err", o.resetErr)
+		m.log.Warn("reset pool vm failed; destroying it", "vm", mb.vm, "pool", mb.pool, "episode", episode, "err", o.resetErr)
 	case inResetOK:
 		if m.overLocked(mb) {
 			evict, _ := m.stepLocked(mb, inEvict)

@@ -453,8 +453,7 @@ func (m *Manager) resetEndedLocked(l *lease, reason string, o outcome) {
 		if errors.Is(err, vmm.ErrDead) || errors.Is(err, vmm.ErrNotRunning) {
 			reason = ReasonVMDied
 		}
-		l.ep.VMReplaced = true
-		m.log.Warn("reset at episode end failed; destroying the vm", "op", "end", "episode", l.ep.ID, "vm", l.ep.VM, "err", err)
+		l.ep.VMReplaced = true // feedLocked logs the failure
 	}
 	m.endLocked(l, reason)
 }
