@@ -31,8 +31,12 @@ func (s *stdio) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newDrainConn(c), nil
+}
+
+func newDrainConn(c mcp.Connection) *drainConn {
 	return &drainConn{Connection: c, owed: map[jsonrpc.ID]bool{}, awaiting: map[jsonrpc.ID]bool{},
-		changed: make(chan struct{}), closed: make(chan struct{})}, nil
+		changed: make(chan struct{}), closed: make(chan struct{})}
 }
 
 // drainConn holds back the EOF of its connection's reads until nothing
