@@ -140,8 +140,9 @@ func (m *Manager) addBootingLocked(p *poolRT, reserved bool) *member {
 	return mb
 }
 
-// bootedLocked records a VM a boot made; a VM that died before this (its
-// event came first) is passed on to destroy.
+// bootedLocked records a VM a boot made and returns the effects of its
+// transitions; a VM that died before this (its event came first) is
+// passed on to destroy.
 func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
 	delete(m.members, mb.key)
 	mb.key, mb.vm = vm.ID, vm.ID
@@ -149,7 +150,8 @@ func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
 	fx, _ := m.stepLocked(mb, inBooted)
 	if _, died := m.diedEarly[vm.ID]; died {
 		delete(m.diedEarly, vm.ID)
-		fx, _ = m.stepLocked(mb, inDied)
+		died, _ := m.stepLocked(mb, inDied)
+		fx |= died
 	}
 	return fx
 }
