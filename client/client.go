@@ -84,15 +84,19 @@ func FromEnv(opts ...Option) (*Client, error) {
 	if server == "" {
 		server = DefaultServer
 	}
-	return New(server, append([]Option{WithToken(TokenFor(server, os.Getenv))}, opts...)...)
+	return New(server, append([]Option{WithToken(TokenFor(server, os.Getenv, DefaultTokenFile))}, opts...)...)
 }
 
 // TokenFor returns the token a client of server sends: $DESKFARM_TOKEN
 // when set; else, for a server on this host's loopback, the token in
-// $DESKFARM_TOKEN_FILE (default DefaultTokenFile) when that file is
-// readable; else none. A token file is this host's farm's, so it never
+// $DESKFARM_TOKEN_FILE, or in defaultFile when that is unset, if the file
+// is readable; else none. A token file is this host's farm's, so it never
 // goes to another host. getenv is os.Getenv or a test's stand-in.
-func TokenFor(server string, getenv func(string) string) string {
+//
+// defaultFile is DefaultTokenFile for a real process and "" (no file) for
+// a test's: a farm that `make run` started on the host must not hand its
+// token to a test's own server.
+func TokenFor(server string, getenv func(string) string, defaultFile string) string {
 	if t := getenv(EnvToken); t != "" {
 		return t
 	}
@@ -102,7 +106,10 @@ func TokenFor(server string, getenv func(string) string) string {
 	}
 	path := getenv(EnvTokenFile)
 	if path == "" {
-		path = DefaultTokenFile
+		path = defaultFile
+	}
+	if path == "" {
+		return ""
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

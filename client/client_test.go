@@ -323,18 +323,27 @@ func TestTokenFile(t *testing.T) {
 		"http://farm.example:8080": "",
 		"http://192.0.2.7:8080":    "",
 	} {
-		if got := client.TokenFor(server, getenv); got != want {
+		if got := client.TokenFor(server, getenv, ""); got != want {
 			t.Errorf("TokenFor(%s) = %q, want %q", server, got, want)
 		}
 	}
 	env[client.EnvToken] = "from-env"
-	if got := client.TokenFor("http://127.0.0.1:8080", getenv); got != "from-env" {
+	if got := client.TokenFor("http://127.0.0.1:8080", getenv, ""); got != "from-env" {
 		t.Errorf("$DESKFARM_TOKEN set: got %q", got)
 	}
 	delete(env, client.EnvToken)
 	env[client.EnvTokenFile] = filepath.Join(t.TempDir(), "missing")
-	if got := client.TokenFor("http://127.0.0.1:8080", getenv); got != "" {
+	if got := client.TokenFor("http://127.0.0.1:8080", getenv, ""); got != "" {
 		t.Errorf("missing file: got %q", got)
+	}
+	// With $DESKFARM_TOKEN_FILE unset, the default file is read, and a
+	// test's "" reads none.
+	delete(env, client.EnvTokenFile)
+	if got := client.TokenFor("http://127.0.0.1:8080", getenv, file); got != "tok123" {
+		t.Errorf("default file: got %q", got)
+	}
+	if got := client.TokenFor("http://127.0.0.1:8080", getenv, ""); got != "" {
+		t.Errorf("no default file: got %q", got)
 	}
 
 	// FromEnv against a farm that trusts no address.

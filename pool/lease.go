@@ -9,8 +9,8 @@ import (
 // pool) may go through, as a table of state × input → state + effects. It
 // is pure: no locks, no I/O, no clock. The Manager holds its mutex while it
 // applies an input (step), then carries out the effects the table names
-// after unlocking (libvirt calls, the state file), and feeds the outcome
-// back as the next input. Anything the table does not list is refused,
+// after unlocking (runEffects in effects.go, the only code that does), and
+// feeds the outcome back as the next input. Anything the table does not list is refused,
 // which is how "a dead warm VM is never leased" and "a dirty VM is never
 // leased" are enforced rather than hoped for.
 //
@@ -75,9 +75,9 @@ func (in input) String() string {
 	return fmt.Sprintf("input(%d)", in)
 }
 
-// effects are what the Manager must do after a transition, outside its lock.
-// Where the order matters the operation says it (End: cancel the calls, wait
-// for them, unlabel, reset, then feed reset_ok or reset_failed).
+// effects are what the Manager must do after a transition, outside its lock,
+// in the order effectOrder (effects.go) fixes whichever of them a
+// transition names.
 type effects uint16
 
 const (

@@ -37,15 +37,19 @@ func (l *lease) drainLocked() {
 }
 
 // waiter is a Start waiting for a VM that will turn warm (a boot or a reset
-// in flight). It is handed a leased VM, or nothing (look again).
+// in flight). It is handed a lease, or nothing (look again).
 type waiter struct {
 	ttl time.Duration
-	ch  chan handoff // 1-buffered; written once
+	ch  chan grant // 1-buffered; written once; a grant with no member: look again
 }
 
-type handoff struct {
+// grant is a lease made under the lock whose effects (label, persist) are
+// still to be carried out (finishLease).
+type grant struct {
 	mb *member
 	ep Episode
+	fx effects
+	t  target
 }
 
 func newEpisodeID() string {
@@ -59,10 +63,11 @@ func (m *Manager) newLease(ep Episode) *lease {
 	return &lease{ep: ep, ctx: ctx, cancel: cancel, drained: make(chan struct{}), done: make(chan struct{})}
 }
 
-// leaseLocked gives the clean warm member mb to a new episode. The caller
-// then labels the VM and persists (finishLease).
-func (m *Manager) leaseLocked(p *poolRT, mb *member, ttl time.Duration, warm bool, boot time.Duration) Episode {
-	if _, err := m.stepLocked(mb, inLease); err != nil {
+// leaseLocked gives the clean warm member mb to a new episode; the caller
+// carries out the lease's effects (finishLease).
+func (m *Manager) leaseLocked(p *poolRT, mb *member, ttl time.Duration, warm bool, boot time.Duration) grant {
+	fx, err := m.stepLocked(mb, inLease)
+	if err != nil {
 		panic("pool: leaseLocked on a member that cannot be leased: " + err.Error()) // callers pick clean warm members
 	}
 	now := m.opts.Now().UTC()
@@ -74,44 +79,55 @@ func (m *Manager) leaseLocked(p *poolRT, mb *member, ttl time.Duration, warm boo
 	}
 	mb.episode, mb.reserved, mb.cleanedMS = ep.ID, false, 0
 	m.leases[ep.ID] = m.newLease(ep)
-	return ep
+	return grant{mb: mb, ep: ep, fx: fx, t: m.targetLocked(mb, "lease")}
 }
 
-// finishLease records a lease made under the lock: the episode label on the
-// VM (its ownership), then the episode in the state file, and only then
-// answers. If the label cannot be set, the lease is undone.
-func (m *Manager) finishLease(mb *member, ep Episode) (Episode, error) {
-	lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	err := m.vms.SetLabel(lctx, ep.VM, LabelEpisode, ep.ID)
-	cancel()
-	m.mu.Lock()
-	if err != nil {
-		l := m.leases[ep.ID]
-		delete(m.leases, ep.ID)
-		if l != nil {
-			l.cancel()
-			close(l.done)
+// finishLease carries out a lease made under the lock: the episode label
+// on the VM (its ownership), then the episode in the state file, and only
+// then answers. A label that cannot be set undoes the lease (abort) and
+// the VM is reset in the background.
+func (m *Manager) finishLease(g grant) (Episode, error) {
+	var clean carrying
+	o := m.carry(g.mb, g.fx, g.t, carrying{detach: true, before: func(in input, o outcome) {
+		if in == inAbort {
+			m.dropLeaseLocked(g.ep.ID)
+			clean = m.cleaning(g.mb) // its reset cleans the VM for the next lease
+		} else if clean.before != nil {
+			clean.before(in, o)
 		}
-		fx, serr := m.stepLocked(mb, inAbort)
-		m.mu.Unlock()
-		if serr == nil {
-			m.goReset(mb, fx, "abort")
-		}
-		return Episode{}, fmt.Errorf("lease vm %s: label it: %w", ep.VM, err)
+	}})
+	if o.labelErr != nil {
+		return Episode{}, fmt.Errorf("lease vm %s: label it: %w", g.ep.VM, o.labelErr)
 	}
-	if l := m.leases[ep.ID]; l == nil || l.ep.State != EpisodeActive {
+	if now, _ := m.Get(g.ep.ID); now.EndReason == ReasonVMDied || now.EndReason == ReasonVMGone {
 		// The VM died while it was being labelled; the event loop ended
 		// the episode before anyone saw it.
-		m.mu.Unlock()
-		return Episode{}, fmt.Errorf("lease vm %s: %w before the lease was handed out", ep.VM, vmm.ErrDead)
+		return Episode{}, fmt.Errorf("lease vm %s: %w before the lease was handed out", g.ep.VM, vmm.ErrDead)
 	}
-	snap := m.snapshotLocked()
-	m.mu.Unlock()
-	m.persist(snap, "lease")
+	ep := g.ep
 	m.met.started.WithLabelValues(ep.Pool, strconv.FormatBool(ep.Warm)).Inc()
 	m.log.Info("episode started", "op", "lease", "episode", ep.ID, "vm", ep.VM, "pool", ep.Pool, "warm", ep.Warm,
 		"ttl", time.Duration(ep.TTLSeconds*float64(time.Second)), "reset_before_lease_ms", ep.ResetBeforeLeaseMS)
 	return ep, nil
+}
+
+// dropLeaseLocked forgets a lease that was never handed out.
+func (m *Manager) dropLeaseLocked(id string) {
+	if l := m.leases[id]; l != nil {
+		delete(m.leases, id)
+		l.cancel()
+		close(l.done)
+	}
+}
+
+// abortLocked undoes a lease that was never handed out; its VM is reset in
+// the background.
+func (m *Manager) abortLocked(g grant) {
+	m.dropLeaseLocked(g.ep.ID)
+	t := m.targetLocked(g.mb, "abort")
+	if fx, err := m.stepLocked(g.mb, inAbort); err == nil {
+		m.goCarry(g.mb, fx, t, m.cleaning(g.mb))
+	}
 }
 
 // Start leases a VM of the named pool for ttl (0: the pool's default). A
@@ -120,122 +136,165 @@ func (m *Manager) finishLease(mb *member, ep Episode) (Episode, error) {
 // pool has room (Warm false, BootSeconds set). A full pool is ErrPoolFull;
 // a boot vmm refuses for lack of host memory is ErrHostFull.
 func (m *Manager) Start(ctx context.Context, poolName string, ttl time.Duration) (Episode, error) {
+	p, ttl, err := m.startPool(poolName, ttl)
+	if err != nil {
+		return Episode{}, err
+	}
+	g, boot, err := m.take(ctx, p, ttl)
+	if err == nil && boot {
+		g, err = m.bootFor(ctx, p, ttl)
+	}
+	if err != nil {
+		return Episode{}, fmt.Errorf("start episode in pool %s: %w", poolName, err)
+	}
+	return m.finishLease(g)
+}
+
+// startPool resolves a Start's pool and ttl.
+func (m *Manager) startPool(name string, ttl time.Duration) (*poolRT, time.Duration, error) {
 	m.mu.Lock()
-	p, ok := m.pools[poolName]
+	defer m.mu.Unlock()
+	p, ok := m.pools[name]
 	if !ok {
-		m.mu.Unlock()
-		return Episode{}, fmt.Errorf("start episode in pool %q: %w", poolName, ErrUnknownPool)
+		return nil, 0, fmt.Errorf("start episode in pool %q: %w", name, ErrUnknownPool)
 	}
 	if ttl == 0 {
 		ttl = p.cfg.DefaultTTL.Duration()
 	}
 	if ttl < 0 || ttl > p.cfg.MaxTTL.Duration() {
-		m.mu.Unlock()
-		return Episode{}, fmt.Errorf("start episode in pool %s: field ttl_s: %w: %g s is outside (0, %g]", poolName, vmm.ErrInvalid, ttl.Seconds(), float64(p.cfg.MaxTTL))
+		return nil, 0, fmt.Errorf("start episode in pool %s: field ttl_s: %w: %g s is outside (0, %g]", name, vmm.ErrInvalid, ttl.Seconds(), float64(p.cfg.MaxTTL))
 	}
+	return p, ttl, nil
+}
+
+// take leases a clean warm VM of p, waiting while the pool is full for one
+// that a boot or reset in flight will bring. It returns boot true, and no
+// lease, when the pool has room for a VM booted for this start.
+func (m *Manager) take(ctx context.Context, p *poolRT, ttl time.Duration) (g grant, boot bool, err error) {
 	for {
-		if m.closed {
-			m.mu.Unlock()
-			return Episode{}, ErrClosed
+		g, w, boot, err := m.takeLocked(p, ttl)
+		if err != nil || w == nil {
+			return g, boot, err
 		}
-		if mb := m.cleanWarmLocked(p); mb != nil {
-			ep := m.leaseLocked(p, mb, ttl, true, 0)
-			m.mu.Unlock()
-			m.poke() // refill to min_warm
-			return m.finishLease(mb, ep)
-		}
-		c := m.countLocked(poolName)
-		if c.total < p.cfg.Max {
-			break // boot one for this start
-		}
-		if c.coming <= len(p.waiters) {
-			m.met.refused.WithLabelValues(poolName, "pool_full").Inc()
-			m.mu.Unlock()
-			return Episode{}, fmt.Errorf("start episode: pool %s: %w: %d of %d VMs leased, booting or being reset", poolName, ErrPoolFull, c.total, p.cfg.Max)
-		}
-		// The pool is full, but a VM no other start waits for will turn
-		// warm: wait for it rather than refuse.
-		w := &waiter{ttl: ttl, ch: make(chan handoff, 1)}
-		p.waiters = append(p.waiters, w)
-		m.mu.Unlock()
 		select {
-		case h := <-w.ch:
-			if h.mb != nil {
-				return m.finishLease(h.mb, h.ep)
+		case g := <-w.ch:
+			if g.mb != nil {
+				return g, false, nil
 			}
-			m.mu.Lock()
-			continue
+			// Look again.
 		case <-ctx.Done():
+			m.stopWaiting(p, w)
+			return grant{}, false, fmt.Errorf("wait for a warm vm: %w", ctx.Err())
 		}
-		m.mu.Lock()
-		p.waiters = slices.DeleteFunc(p.waiters, func(x *waiter) bool { return x == w })
-		select {
-		case h := <-w.ch:
-			if h.mb != nil {
-				m.abortLocked(h.mb, h.ep.ID)
-			}
-		default:
-		}
-		m.mu.Unlock()
-		return Episode{}, fmt.Errorf("start episode in pool %s: wait for a warm vm: %w", poolName, ctx.Err())
 	}
+}
+
+// takeLocked takes one look at p for a start: a lease of a clean warm VM;
+// else boot, when p has room; else a waiter, when a VM no other start
+// waits for will turn warm; else ErrPoolFull. It takes the lock.
+func (m *Manager) takeLocked(p *poolRT, ttl time.Duration) (g grant, w *waiter, boot bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return grant{}, nil, false, ErrClosed
+	}
+	if mb := m.cleanWarmLocked(p); mb != nil {
+		m.poke() // refill to min_warm
+		return m.leaseLocked(p, mb, ttl, true, 0), nil, false, nil
+	}
+	c := m.countLocked(p.cfg.Name)
+	if c.total < p.cfg.Max {
+		return grant{}, nil, true, nil
+	}
+	if c.coming <= len(p.waiters) {
+		m.met.refused.WithLabelValues(p.cfg.Name, "pool_full").Inc()
+		return grant{}, nil, false, fmt.Errorf("%w: %d of %d VMs leased, booting or being reset", ErrPoolFull, c.total, p.cfg.Max)
+	}
+	w = &waiter{ttl: ttl, ch: make(chan grant, 1)}
+	p.waiters = append(p.waiters, w)
+	return grant{}, w, false, nil
+}
+
+// stopWaiting removes w from p's waiters; a lease handed to it meanwhile
+// is undone.
+func (m *Manager) stopWaiting(p *poolRT, w *waiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.waiters = slices.DeleteFunc(p.waiters, func(x *waiter) bool { return x == w })
+	select {
+	case g := <-w.ch:
+		if g.mb != nil {
+			m.abortLocked(g)
+		}
+	default:
+	}
+}
+
+// bootFor boots a VM of p reserved for one start and leases it to that
+// start, or leases a VM that turned warm while the start waited for a boot
+// slot.
+func (m *Manager) bootFor(ctx context.Context, p *poolRT, ttl time.Duration) (grant, error) {
+	m.mu.Lock()
 	mb := m.addBootingLocked(p, true)
 	m.mu.Unlock()
-
-	// Wait for a boot slot; a VM may turn warm meanwhile.
 	select {
 	case m.bootSem <- struct{}{}:
 	case <-ctx.Done():
-		m.mu.Lock()
-		m.stepLocked(mb, inBootFailed) //nolint:errcheck // booting takes boot_failed
-		m.mu.Unlock()
-		return Episode{}, fmt.Errorf("start episode in pool %s: wait to boot: %w", poolName, ctx.Err())
+		m.bootFailed(mb, "lease")
+		return grant{}, fmt.Errorf("wait to boot: %w", ctx.Err())
 	}
-	m.mu.Lock()
-	if w := m.cleanWarmLocked(p); w != nil {
-		m.stepLocked(mb, inBootFailed) //nolint:errcheck // booting takes boot_failed
-		ep := m.leaseLocked(p, w, ttl, true, 0)
-		m.mu.Unlock()
+	if g, ok := m.leaseWarmInstead(p, mb, ttl); ok {
 		<-m.bootSem
-		return m.finishLease(w, ep)
+		return g, nil
 	}
-	m.mu.Unlock()
 	vm, dur, err := m.boot(ctx, p, "lease")
 	<-m.bootSem
-	m.mu.Lock()
 	if err != nil {
-		m.stepLocked(mb, inBootFailed) //nolint:errcheck // booting takes boot_failed
-		m.mu.Unlock()
+		m.bootFailed(mb, "lease")
 		if errors.Is(err, vmm.ErrInsufficientResources) {
-			m.met.refused.WithLabelValues(poolName, "host_full").Inc()
-			return Episode{}, fmt.Errorf("start episode in pool %s: %w: %w", poolName, ErrHostFull, err)
+			m.met.refused.WithLabelValues(p.cfg.Name, "host_full").Inc()
+			return grant{}, fmt.Errorf("%w: %w", ErrHostFull, err)
 		}
-		return Episode{}, fmt.Errorf("start episode in pool %s: %w", poolName, err)
+		return grant{}, err
 	}
-	fx := m.bootedLocked(p, mb, vm)
-	if mb.state != stWarm || mb.dirty {
-		// It died (or was touched) before it could be leased: the pool
-		// destroys (or cleans) it like any other.
-		mb.reserved = false
-		m.mu.Unlock()
-		m.doDestroy(mb, fx, "lease")
-		return Episode{}, fmt.Errorf("start episode in pool %s: vm %s: %w before it was leased", poolName, vm.ID, vmm.ErrDead)
-	}
-	ep := m.leaseLocked(p, mb, ttl, false, dur)
-	m.mu.Unlock()
-	return m.finishLease(mb, ep)
+	return m.leaseBooted(p, mb, vm, dur, ttl)
 }
 
-// abortLocked undoes a lease that was never handed out.
-func (m *Manager) abortLocked(mb *member, id string) {
-	if l := m.leases[id]; l != nil {
-		delete(m.leases, id)
-		l.cancel()
-		close(l.done)
+// bootFailed feeds boot_failed to a booting member.
+func (m *Manager) bootFailed(mb *member, op string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stepCarryLocked(mb, inBootFailed, op)
+}
+
+// leaseWarmInstead leases a clean warm VM of p, if one turned warm, in
+// place of the boot mb was added for.
+func (m *Manager) leaseWarmInstead(p *poolRT, mb *member, ttl time.Duration) (grant, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.cleanWarmLocked(p)
+	if w == nil {
+		return grant{}, false
 	}
-	if fx, err := m.stepLocked(mb, inAbort); err == nil {
-		m.goReset(mb, fx, "abort")
+	m.stepCarryLocked(mb, inBootFailed, "lease")
+	return m.leaseLocked(p, w, ttl, true, 0), true
+}
+
+// leaseBooted records the VM booted for a start and leases it, unless it
+// died or was touched first: the pool then destroys (or cleans) it like
+// any other.
+func (m *Manager) leaseBooted(p *poolRT, mb *member, vm vmm.VM, boot, ttl time.Duration) (grant, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fx := m.bootedLocked(p, mb, vm)
+	if mb.state != stWarm || mb.dirty {
+		mb.reserved = false
+		m.goCarry(mb, fx, m.targetLocked(mb, "lease"), carrying{})
+		return grant{}, fmt.Errorf("vm %s: %w before it was leased", vm.ID, vmm.ErrDead)
 	}
+	g := m.leaseLocked(p, mb, ttl, false, boot)
+	g.fx |= fx // booted's
+	return g, nil
 }
 
 // Acquire pins an active episode's VM for one call: the episode cannot end
@@ -319,15 +378,11 @@ func (m *Manager) List() []Episode {
 // destroyed (and replaced) when the reset fails or the pool has no room.
 // Ending an episode being ended waits for that and returns its result.
 func (m *Manager) End(ctx context.Context, id, reason string) (Episode, error) {
-	m.mu.Lock()
-	l := m.leases[id]
-	if l == nil {
-		err := m.goneLocked(id)
-		m.mu.Unlock()
+	mb, fx, t, l, ending, err := m.beginEnd(id, reason)
+	if err != nil {
 		return Episode{}, err
 	}
-	if l.ep.State != EpisodeActive {
-		m.mu.Unlock()
+	if ending {
 		select {
 		case <-l.done:
 		case <-ctx.Done():
@@ -335,62 +390,72 @@ func (m *Manager) End(ctx context.Context, id, reason string) (Episode, error) {
 		}
 		return m.Get(id)
 	}
-	mb := m.members[l.ep.VM]
-	var fx effects
-	if mb != nil && mb.episode == id {
-		var err error
-		if fx, err = m.stepLocked(mb, inEnd); err != nil {
-			mb = nil
-		}
+	if mb == nil {
+		// Its VM is no longer a member of the pool: nothing to reset.
+		m.carry(nil, fxEndEpisode|fxPersist, t, carrying{})
 	} else {
-		mb = nil
+		m.carry(mb, fx, t, carrying{before: func(in input, o outcome) {
+			if in == inResetOK || in == inResetFailed {
+				m.resetEndedLocked(l, reason, o)
+			}
+		}})
+		m.carry(nil, fxPersist, t, carrying{})
+	}
+	ep, err := m.Get(id)
+	m.log.Info("episode ended", "op", "end", "episode", id, "vm", ep.VM, "pool", ep.Pool, "reason", ep.EndReason,
+		"reset_ms", int64(ep.ResetSeconds*1000), "vm_replaced", ep.VMReplaced)
+	return ep, err
+}
+
+// beginEnd marks an active episode ending and feeds end to its VM's
+// member, returning the effects to carry out; a nil member means the VM is
+// no longer the pool's (t.reason then says why). ending reports an episode
+// being ended already.
+func (m *Manager) beginEnd(id, reason string) (mb *member, fx effects, t target, l *lease, ending bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l = m.leases[id]; l == nil {
+		return nil, 0, target{}, nil, false, m.goneLocked(id)
+	}
+	if l.ep.State != EpisodeActive {
+		return nil, 0, target{}, l, true, nil
+	}
+	t = target{vm: l.ep.VM, pool: l.ep.Pool, episode: id, lease: l, reason: reason, op: "end"}
+	mb = m.members[l.ep.VM]
+	switch {
+	case mb != nil && mb.episode == id:
+		if fx, err = m.stepLocked(mb, inEnd); err != nil {
+			mb, err, t.reason = nil, nil, ReasonVMGone
+		}
+	case mb != nil && mb.state == stDestroying:
+		// It died; the end_episode of its death is still on its way.
+		mb, t.reason = nil, ReasonVMDied
+	default:
+		mb, t.reason = nil, ReasonVMGone
 	}
 	l.ep.State, l.ep.EndReason = EpisodeEnding, reason
-	l.cancel()
 	l.drainLocked()
-	snap := m.snapshotLocked()
-	m.mu.Unlock()
-	m.persist(snap, "end")
+	return mb, fx, t, l, false, nil
+}
 
-	log := m.log.With("episode", id, "vm", l.ep.VM, "pool", l.ep.Pool)
-	select {
-	case <-l.drained:
-	case <-time.After(30 * time.Second):
-		log.Warn("calls on the episode still running 30 s after cancel; resetting anyway", "op", "end")
-	}
-	var (
-		res      vmm.ResetResult
-		resetErr = fmt.Errorf("vm %s: %w", l.ep.VM, vmm.ErrNotFound)
-	)
-	if mb != nil {
-		res, resetErr = m.unlabelAndReset(mb, fx, "end")
-	}
-	m.mu.Lock()
-	var after effects
-	if mb != nil {
-		after = m.resetDoneLocked(mb, resetErr)
-	}
-	switch {
-	case resetErr == nil:
-		m.met.reset.WithLabelValues(l.ep.Pool).Observe(res.Duration.Seconds())
-		l.ep.ResetSeconds = res.Duration.Seconds()
-	case errors.Is(resetErr, vmm.ErrNotFound):
+// resetEndedLocked records an episode ended by the outcome of the reset
+// of its VM, just before that outcome is fed to the member: a VM warm
+// again is never leased to another episode while this one is not ended.
+func (m *Manager) resetEndedLocked(l *lease, reason string, o outcome) {
+	switch err := o.resetErr; {
+	case err == nil:
+		m.met.reset.WithLabelValues(l.ep.Pool).Observe(o.reset.Duration.Seconds())
+		l.ep.ResetSeconds = o.reset.Duration.Seconds()
+	case errors.Is(err, vmm.ErrNotFound):
 		reason = ReasonVMGone
 		l.ep.VMReplaced = true
 	default:
-		if errors.Is(resetErr, vmm.ErrDead) || errors.Is(resetErr, vmm.ErrNotRunning) {
+		if errors.Is(err, vmm.ErrDead) || errors.Is(err, vmm.ErrNotRunning) {
 			reason = ReasonVMDied
 		}
-		l.ep.VMReplaced = true
-		log.Warn("reset at episode end failed; destroying the vm", "op", "end", "err", resetErr)
+		l.ep.VMReplaced = true // feedLocked logs the failure
 	}
-	ep := m.endLocked(l, reason)
-	snap = m.snapshotLocked()
-	m.mu.Unlock()
-	m.persist(snap, "end")
-	log.Info("episode ended", "op", "end", "reason", reason, "reset_ms", res.Duration.Milliseconds(), "vm_replaced", ep.VMReplaced)
-	m.doDestroy(mb, after, "end")
-	return ep, nil
+	m.endLocked(l, reason)
 }
 
 // endLocked records a live episode as ended and drops its lease.

@@ -44,6 +44,10 @@ func (m *Manager) eventLoop(events <-chan vmm.Event) {
 	}
 }
 
+// diedEarlyKept is how long a death that beat its VM's Create is kept: far
+// longer than any boot.
+const diedEarlyKept = 10 * time.Minute
+
 func (m *Manager) handleEvent(ev vmm.Event) {
 	var in input
 	switch ev.Kind {
@@ -61,7 +65,7 @@ func (m *Manager) handleEvent(ev vmm.Event) {
 			// A boot of ours whose Create has not returned yet.
 			now := m.opts.Now()
 			for id, at := range m.diedEarly {
-				if now.Sub(at) > 10*time.Minute {
+				if now.Sub(at) > diedEarlyKept {
 					delete(m.diedEarly, id)
 				}
 			}
@@ -70,53 +74,43 @@ func (m *Manager) handleEvent(ev vmm.Event) {
 		m.mu.Unlock()
 		return
 	}
-	fx := m.observeLocked(mb, in, ev.Reason, "event")
+	m.observeLocked(mb, in, ev.Reason, "event")
 	m.mu.Unlock()
-	m.goDestroy(mb, fx, "event")
 }
 
-// observeLocked feeds a died or destroyed observation to mb and ends its
-// episode when the table says so.
-func (m *Manager) observeLocked(mb *member, in input, why, op string) effects {
-	state, episode := mb.state, mb.episode
+// observeLocked feeds a died or destroyed observation to mb and carries
+// out its effects in the background (ending its episode when the table
+// says so).
+func (m *Manager) observeLocked(mb *member, in input, why, op string) {
+	state := mb.state
+	t := m.targetLocked(mb, op)
+	t.reason = ReasonVMDied
+	if in == inDestroyed {
+		t.reason = ReasonVMGone
+	}
 	fx, err := m.stepLocked(mb, in)
 	if err != nil {
-		return 0
+		return
 	}
+	m.goCarry(mb, fx, t, carrying{})
 	if state == stDestroying || fx == 0 {
 		// Our own destroy finishing, or a death the reset in flight will
 		// report (and count) itself.
-		return fx
+		return
 	}
-	kind, reason := "died", ReasonVMDied
+	kind := "died"
 	if in == inDestroyed {
-		kind, reason = "vanished", ReasonVMGone
+		kind = "vanished"
 	}
 	m.met.failures.WithLabelValues(mb.pool, kind).Inc()
 	m.log.Warn("pool vm "+kind, "op", op, "vm", mb.vm, "pool", mb.pool, "state", state, "reason", why)
-	if fx.has(fxEndEpisode) {
-		if l := m.leases[episode]; l != nil && l.ep.State == EpisodeActive {
-			l.ep.VMReplaced = true
-			ep := m.endLocked(l, reason)
-			m.log.Info("episode ended", "op", op, "episode", ep.ID, "vm", ep.VM, "pool", ep.Pool, "reason", reason)
-		}
-	}
-	if fx.has(fxPersist) {
-		snap := m.snapshotLocked()
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			m.persist(snap, op)
-		}()
-	}
-	return fx
 }
 
 // reconcile is the safety net behind the events: members whose VM is gone
 // or broken are fed destroyed or died, and a member left destroying by a
 // failed Destroy is destroyed again.
 func (m *Manager) reconcile() {
-	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(m.ctx, m.opts.ListTimeout)
 	vms, err := m.vms.List(ctx)
 	cancel()
 	if err != nil {
@@ -127,12 +121,8 @@ func (m *Manager) reconcile() {
 	for _, v := range vms {
 		byID[v.ID] = v
 	}
-	type todo struct {
-		mb *member
-		fx effects
-	}
-	var destroy []todo
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, mb := range m.members {
 		if mb.vm == "" {
 			continue
@@ -142,16 +132,11 @@ func (m *Manager) reconcile() {
 		case !ok:
 			m.observeLocked(mb, inDestroyed, "not listed by vmm", "reconcile")
 		case mb.state == stDestroying:
-			destroy = append(destroy, todo{mb, fxDestroy})
+			// A destroy that failed: destroying's effect, again.
+			m.goCarry(mb, fxDestroy, m.targetLocked(mb, "reconcile"), carrying{})
 		case v.State == vmm.StateBroken:
-			if fx := m.observeLocked(mb, inDied, "broken", "reconcile"); fx.has(fxDestroy) {
-				destroy = append(destroy, todo{mb, fx})
-			}
+			m.observeLocked(mb, inDied, "broken", "reconcile")
 		}
-	}
-	m.mu.Unlock()
-	for _, d := range destroy {
-		m.goDestroy(d.mb, d.fx, "reconcile")
 	}
 }
 
@@ -195,21 +180,23 @@ func (m *Manager) refillOnce() bool {
 	// Evict warm VMs that no longer fit (pool removed, spec changed, over max).
 	for _, mb := range m.members {
 		if mb.state == stWarm && !mb.reserved && m.overLocked(mb) {
+			t := m.targetLocked(mb, "evict")
 			fx, _ := m.stepLocked(mb, inEvict)
 			m.mu.Unlock()
 			m.log.Info("destroying warm vm that no longer fits its pool", "op", "refill", "vm", mb.vm, "pool", mb.pool)
-			m.doDestroy(mb, fx, "evict")
+			m.carry(mb, fx, t, carrying{})
 			return true
 		}
 	}
 	// Clean dirty warm VMs, so a start finds them leasable.
 	for _, mb := range m.members {
 		if mb.state == stWarm && mb.dirty && !mb.reserved {
+			t := m.targetLocked(mb, "clean")
 			fx, err := m.stepLocked(mb, inClean)
 			m.mu.Unlock()
 			if err == nil {
 				m.log.Info("resetting a dirty warm vm", "op", "clean", "vm", mb.vm, "pool", mb.pool)
-				m.resetMember(mb, fx, "clean")
+				m.carry(mb, fx, t, m.cleaning(mb))
 			}
 			return true
 		}
@@ -243,7 +230,7 @@ func (m *Manager) refillOnce() bool {
 	}
 	m.mu.Lock()
 	if err != nil {
-		m.stepLocked(mb, inBootFailed) //nolint:errcheck // booting takes boot_failed
+		m.stepCarryLocked(mb, inBootFailed, "refill")
 		if m.ctx.Err() == nil {
 			p.fails++
 			backoff := m.opts.BootRetry << min(p.fails-1, 10)
@@ -256,8 +243,9 @@ func (m *Manager) refillOnce() bool {
 	}
 	p.fails, p.lastErr, p.retryAt = 0, "", time.Time{}
 	fx := m.bootedLocked(p, mb, vm)
+	t := m.targetLocked(mb, "refill")
 	m.mu.Unlock()
-	m.doDestroy(mb, fx, "refill")
+	m.carry(mb, fx, t, carrying{})
 	m.log.Info("warm vm ready", "op", "refill", "vm", vm.ID, "pool", p.cfg.Name)
 	return true
 }

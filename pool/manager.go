@@ -55,8 +55,58 @@ type Options struct {
 	// BootRetry is how long a pool waits after a failed background boot;
 	// it doubles with each failure in a row, up to 10 times. Default 30 s.
 	BootRetry time.Duration
+	// LabelTimeout bounds setting or removing an episode label (a libvirt
+	// metadata write). Default DefaultLabelTimeout.
+	LabelTimeout time.Duration
+	// ResetTimeout bounds a reset to the ready snapshot. Default
+	// DefaultResetTimeout.
+	ResetTimeout time.Duration
+	// DestroyTimeout bounds destroying a VM. Default DefaultDestroyTimeout.
+	DestroyTimeout time.Duration
+	// DrainTimeout is how long an ending episode's canceled calls are
+	// waited for before its VM is reset anyway. Default
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// ListTimeout bounds the safety reconcile's List. Default
+	// DefaultListTimeout.
+	ListTimeout time.Duration
 	// Now is the clock; default time.Now. For tests.
 	Now func() time.Time
+}
+
+// Defaults of Options' timeouts. They bound calls that normally take well
+// under a second (docs/benchmarks.md: reset) and only matter when libvirt
+// or a guest hangs.
+const (
+	DefaultLabelTimeout   = 30 * time.Second
+	DefaultResetTimeout   = 2 * time.Minute
+	DefaultDestroyTimeout = time.Minute
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultListTimeout    = time.Minute
+)
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	set(&o.ReapInterval, time.Second)
+	set(&o.ReconcileInterval, 60*time.Second)
+	set(&o.BootRetry, 30*time.Second)
+	set(&o.LabelTimeout, DefaultLabelTimeout)
+	set(&o.ResetTimeout, DefaultResetTimeout)
+	set(&o.DestroyTimeout, DefaultDestroyTimeout)
+	set(&o.DrainTimeout, DefaultDrainTimeout)
+	set(&o.ListTimeout, DefaultListTimeout)
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
 }
 
 type poolRT struct {
@@ -114,21 +164,7 @@ func New(ctx context.Context, vms VMs, cfg Config, opts Options) (*Manager, erro
 	if opts.StateDir == "" {
 		return nil, fmt.Errorf("pool options: StateDir is required: %w", ErrInvalidConfig)
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
-	if opts.ReapInterval == 0 {
-		opts.ReapInterval = time.Second
-	}
-	if opts.ReconcileInterval == 0 {
-		opts.ReconcileInterval = 60 * time.Second
-	}
-	if opts.BootRetry == 0 {
-		opts.BootRetry = 30 * time.Second
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults()
 	m := &Manager{cfg: cfg, vms: vms, opts: opts, log: opts.Log,
 		state: &stateFile{path: filepath.Join(opts.StateDir, StateFileName)}, met: newMetrics(),
 		bootSem: make(chan struct{}, cfg.MaxBoots), kick: make(chan struct{}, 1),
@@ -175,7 +211,7 @@ func (m *Manager) Close() error {
 	m.closed = true
 	for _, p := range m.pools {
 		for _, w := range p.waiters {
-			w.ch <- handoff{}
+			w.ch <- grant{}
 		}
 		p.waiters = nil
 	}
@@ -221,15 +257,6 @@ func (m *Manager) snapshotLocked() snapshot {
 	return snapshot{seq: m.seq, st: st}
 }
 
-// persist writes a snapshot taken under the lock, after unlocking. A
-// failure is logged: the in-memory state stays authoritative for this
-// process and the next write catches up.
-func (m *Manager) persist(snap snapshot, op string) {
-	if err := m.state.write(snap); err != nil {
-		m.log.Error("save pool state", "op", op, "err", err)
-	}
-}
-
 // Owner says whether vmID is a pool VM, of which pool, and the episode
 // that leases it ("" when none does: it is warm, booting, being reset or
 // destroyed). web refuses mutating calls on a pooled VM with no episode.
@@ -265,10 +292,15 @@ func (m *Manager) RequireLease(vmID string) error {
 // VM is ignored.
 func (m *Manager) Touch(vmID string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if mb := m.members[vmID]; mb != nil {
-		m.stepLocked(mb, inTouch) //nolint:errcheck // a gone member needs no mark
+	mb := m.members[vmID]
+	if mb == nil {
+		m.mu.Unlock()
+		return
 	}
+	t := m.targetLocked(mb, "touch")
+	fx, _ := m.stepLocked(mb, inTouch) // refused: a gone member needs no mark
+	m.mu.Unlock()
+	m.carry(mb, fx, t, carrying{}) // at most wake: memory only
 }
 
 // Pools returns every pool's config, sizes and VMs, by name.

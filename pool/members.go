@@ -2,15 +2,14 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
-// Pool members: feeding inputs to the lease state machine (lease.go) and
-// carrying out its effects outside the lock.
+// Pool members: feeding inputs to the lease state machine (lease.go);
+// effects.go carries out the effects outside the lock.
 
 // member is one VM of a pool; its state moves only through step (lease.go).
 type member struct {
@@ -31,7 +30,7 @@ type member struct {
 }
 
 // stepLocked feeds in to mb's state machine and returns the effects to
-// carry out. A refused input changes nothing.
+// carry out (carry, after unlocking). A refused input changes nothing.
 func (m *Manager) stepLocked(mb *member, in input) (effects, error) {
 	from := mb.state
 	to, dirty, fx, err := step(mb.state, mb.dirty, in)
@@ -52,9 +51,6 @@ func (m *Manager) stepLocked(mb *member, in input) (effects, error) {
 	if from != to {
 		m.log.Debug("pool member", "op", in.String(), "vm", mb.vm, "pool", mb.pool, "from", from, "to", to, "dirty", dirty)
 	}
-	if fx.has(fxWake) {
-		m.wakeLocked(mb.pool)
-	}
 	return fx, nil
 }
 
@@ -73,10 +69,10 @@ func (m *Manager) wakeLocked(pool string) {
 		}
 		w := p.waiters[0]
 		p.waiters = p.waiters[1:]
-		w.ch <- handoff{mb: mb, ep: m.leaseLocked(p, mb, w.ttl, true, 0)}
+		w.ch <- m.leaseLocked(p, mb, w.ttl, true, 0)
 	}
 	for _, w := range p.waiters {
-		w.ch <- handoff{}
+		w.ch <- grant{}
 	}
 	p.waiters = nil
 }
@@ -148,8 +144,9 @@ func (m *Manager) addBootingLocked(p *poolRT, reserved bool) *member {
 	return mb
 }
 
-// bootedLocked records a VM a boot made; a VM that died before this (its
-// event came first) is passed on to destroy.
+// bootedLocked records a VM a boot made and returns the effects of its
+// transitions; a VM that died before this (its event came first) is
+// passed on to destroy.
 func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
 	delete(m.members, mb.key)
 	mb.key, mb.vm = vm.ID, vm.ID
@@ -157,7 +154,8 @@ func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
 	fx, _ := m.stepLocked(mb, inBooted)
 	if _, died := m.diedEarly[vm.ID]; died {
 		delete(m.diedEarly, vm.ID)
-		fx, _ = m.stepLocked(mb, inDied)
+		died, _ := m.stepLocked(mb, inDied)
+		fx |= died
 	}
 	return fx
 }
@@ -183,52 +181,6 @@ func (m *Manager) boot(ctx context.Context, p *poolRT, op string) (vmm.VM, time.
 	return vm, d, nil
 }
 
-// unlabelAndReset carries out a reset's effects outside the lock: the
-// episode label is removed first (no one can lease the VM while it is
-// resetting), then the VM goes back to its ready snapshot. Not the caller's
-// context: a client hanging up must not leave the VM half reset.
-func (m *Manager) unlabelAndReset(mb *member, fx effects, op string) (vmm.ResetResult, error) {
-	if fx.has(fxUnlabel) {
-		lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := m.vms.SetLabel(lctx, mb.vm, LabelEpisode, ""); err != nil && !errors.Is(err, vmm.ErrNotFound) {
-			// A stale label is harmless: recovery finds no live episode
-			// for it and treats the VM as dirty.
-			m.log.Warn("remove episode label", "op", op, "vm", mb.vm, "err", err)
-		}
-		cancel()
-	}
-	if !fx.has(fxReset) {
-		return vmm.ResetResult{}, nil
-	}
-	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	return m.vms.Reset(rctx, mb.vm)
-}
-
-// resetDoneLocked feeds a reset's outcome to mb and evicts a VM that no
-// longer fits its pool; it returns the effects left (destroy).
-func (m *Manager) resetDoneLocked(mb *member, err error) effects {
-	if err != nil {
-		fx, serr := m.stepLocked(mb, inResetFailed)
-		if serr == nil {
-			kind := "reset"
-			if errors.Is(err, vmm.ErrDead) || errors.Is(err, vmm.ErrNotRunning) {
-				kind = "died"
-			}
-			m.met.failures.WithLabelValues(mb.pool, kind).Inc()
-		}
-		return fx
-	}
-	fx, serr := m.stepLocked(mb, inResetOK)
-	if serr != nil {
-		return 0
-	}
-	if m.overLocked(mb) {
-		fx, _ = m.stepLocked(mb, inEvict)
-	}
-	return fx
-}
-
 // overLocked says whether a warm member must leave its pool: the pool is
 // gone from the config, the VM is not to its spec, or the pool holds more
 // than its max.
@@ -241,63 +193,4 @@ func (m *Manager) overLocked(mb *member) bool {
 	// (and is retried) must not make the pool evict another.
 	c := m.countLocked(mb.pool)
 	return c.total-c.dying > p.cfg.Max
-}
-
-// goReset carries out a reset in the background (an aborted lease).
-func (m *Manager) goReset(mb *member, fx effects, op string) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.resetMember(mb, fx, op)
-	}()
-}
-
-// resetMember resets mb and feeds the outcome back; a failed reset
-// destroys it.
-func (m *Manager) resetMember(mb *member, fx effects, op string) {
-	start := time.Now()
-	res, err := m.unlabelAndReset(mb, fx, op)
-	if err != nil {
-		m.log.Warn("reset pool vm failed; destroying it", "op", op, "vm", mb.vm, "pool", mb.pool, "err", err)
-	}
-	m.mu.Lock()
-	if err == nil {
-		// Set before reset_ok, which may hand the VM to a waiting start.
-		mb.cleanedMS = max(time.Since(start).Milliseconds(), res.Duration.Milliseconds(), 1)
-	}
-	after := m.resetDoneLocked(mb, err)
-	m.mu.Unlock()
-	m.doDestroy(mb, after, op)
-}
-
-// doDestroy destroys mb's VM when fx says so, and records it gone.
-func (m *Manager) doDestroy(mb *member, fx effects, op string) {
-	if mb == nil || !fx.has(fxDestroy) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err := m.vms.Destroy(ctx, mb.vm)
-	cancel()
-	if err != nil && !errors.Is(err, vmm.ErrNotFound) {
-		// Keep it destroying; the safety reconcile tries again.
-		m.log.Error("destroy pool vm", "op", op, "vm", mb.vm, "pool", mb.pool, "err", err)
-		return
-	}
-	m.log.Info("pool vm destroyed", "op", op, "vm", mb.vm, "pool", mb.pool)
-	m.mu.Lock()
-	m.stepLocked(mb, inDestroyed) //nolint:errcheck // the destroyed event may have come first
-	m.mu.Unlock()
-}
-
-// goDestroy is doDestroy in the background (from the event loop, which
-// must not wait for libvirt).
-func (m *Manager) goDestroy(mb *member, fx effects, op string) {
-	if !fx.has(fxDestroy) {
-		return
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.doDestroy(mb, fx, op)
-	}()
 }

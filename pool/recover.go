@@ -35,7 +35,6 @@ func (m *Manager) recover(ctx context.Context) (toFinish []Episode, err error) {
 	for _, ep := range st.Episodes {
 		records[ep.ID] = ep
 	}
-	var destroy []*member
 	m.mu.Lock()
 	for _, v := range vms {
 		pool := v.Labels[LabelPool]
@@ -67,9 +66,7 @@ func (m *Manager) recover(ctx context.Context) (toFinish []Episode, err error) {
 			m.log.Warn("vm labelled with an episode that has no live record; resetting it before any lease", "op", "recover", "vm", v.ID, "episode", epID)
 		}
 		if v.State == vmm.StateBroken {
-			if _, err := m.stepLocked(mb, inDied); err == nil {
-				destroy = append(destroy, mb)
-			}
+			m.stepCarryLocked(mb, inDied, "recover")
 			continue
 		}
 		m.log.Info("pool vm recovered", "op", "recover", "vm", v.ID, "pool", pool)
@@ -89,19 +86,7 @@ func (m *Manager) recover(ctx context.Context) (toFinish []Episode, err error) {
 	if err := m.state.write(snap); err != nil {
 		return nil, err
 	}
-	for _, mb := range destroy {
-		m.goDestroyLater(mb)
-	}
 	return toFinish, nil
-}
-
-// goDestroyLater destroys mb in the background.
-func (m *Manager) goDestroyLater(mb *member) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.doDestroy(mb, fxDestroy, "recover")
-	}()
 }
 
 // migrateV1 labels the VMs a version 1 state file recorded (membership and

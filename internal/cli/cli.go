@@ -27,12 +27,16 @@ type Env struct {
 	// Exit ends the process with a guest program's exit code (vm exec).
 	Exit   func(code int)
 	Getenv func(string) string
+	// TokenFile is the token file read when $DESKFARM_TOKEN_FILE is unset
+	// (client.TokenFor). OSEnv's is client.DefaultTokenFile; a test's Env
+	// leaves it empty, so that it never sends the host farm's token.
+	TokenFile string
 }
 
 // OSEnv is the real process.
 func OSEnv() *Env {
 	return &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Interactive: isTerminal,
-		Exit: os.Exit, Getenv: os.Getenv}
+		Exit: os.Exit, Getenv: os.Getenv, TokenFile: client.DefaultTokenFile}
 }
 
 // isTerminal reports whether f is an *os.File on a character device.
@@ -81,7 +85,7 @@ func (c *conn) client() (*client.Client, error) {
 	if server == "" {
 		server = client.DefaultServer
 	}
-	return client.New(server, client.WithToken(client.TokenFor(server, c.env.Getenv)))
+	return client.New(server, client.WithToken(client.TokenFor(server, c.env.Getenv, c.env.TokenFile)))
 }
 
 // nArgs accepts between min and max positional arguments (max < 0: no

@@ -24,6 +24,8 @@ type cli struct {
 	t    *testing.T
 	farm *vmmtest.Farm
 	env  map[string]string
+	// tokenFile is the Env's TokenFile: empty, as a test's should be.
+	tokenFile string
 }
 
 func newCLI(t *testing.T, opts web.Options) *cli {
@@ -56,6 +58,7 @@ func (c *cli) run(stdin []byte, args ...string) result {
 		Interactive: func(f any) bool { return f == any(in) && stdin == nil },
 		Exit:        func(code int) { res.exit = code },
 		Getenv:      func(k string) string { return c.env[k] },
+		TokenFile:   c.tokenFile,
 	}
 	root := &cobra.Command{Use: "deskfarm", SilenceErrors: true, SilenceUsage: true}
 	AddCommands(root, env)

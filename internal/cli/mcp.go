@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"io"
 	"log/slog"
 
 	"github.com/deskfarm/deskfarm/mcpserver"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +36,7 @@ vm their arguments name. Episodes the session started end when it closes
 			// Standard output is the protocol's: logs go to standard error.
 			opts.Logger = slog.New(slog.NewTextHandler(env.Stderr, nil))
 			s := mcpserver.New(c, opts)
-			return s.Run(cmd.Context(), &mcp.IOTransport{Reader: io.NopCloser(env.Stdin), Writer: nopWriteCloser{env.Stdout}})
+			return s.Run(cmd.Context(), mcpserver.Stdio(env.Stdin, env.Stdout))
 		},
 	}
 	conn = addServerFlag(env, cmd.Flags())
@@ -46,7 +44,3 @@ vm their arguments name. Episodes the session started end when it closes
 	cmd.Flags().BoolVar(&opts.KeepEpisodes, "keep-episodes", false, "leave the session's episodes running when it ends (they end with their lease)")
 	return cmd
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
