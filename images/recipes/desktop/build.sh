@@ -197,6 +197,9 @@ APT::Install-Suggests "false";
 Acquire::Languages "none";
 EOF
 put 0644 dpkg-nodoc /etc/dpkg/dpkg.cfg.d/deskfarm-nodoc
+# dpkg syncs each file it unpacks; the build writes the file system out
+# whole at the end, so it needs none of that (removed in the clean-up).
+echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/deskfarm-unsafe-io"
 # No daemons start in the chroot.
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 0755 "$root/usr/sbin/policy-rc.d"
@@ -288,7 +291,7 @@ for d in "${pruned_modules[@]}"; do
 	rm -rf "$root/lib/modules/$kver/kernel/$d"
 done
 in_root depmod -a "$kver"
-rm -f "$root/usr/sbin/policy-rc.d"
+rm -f "$root/usr/sbin/policy-rc.d" "$root/etc/dpkg/dpkg.cfg.d/deskfarm-unsafe-io"
 in_root apt-get clean
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
 	"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \
