@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // Kind names what an Action does; it is the "kind" of the neutral JSON form.
@@ -61,7 +63,8 @@ const (
 	ButtonForward Button = "forward"
 )
 
-var buttonNames = []string{"left", "middle", "right", "back", "forward"}
+// ButtonNames are the buttons by name, for error messages and Accepted lists.
+var ButtonNames = []string{"left", "middle", "right", "back", "forward"}
 
 // Direction is a scroll direction.
 type Direction string
@@ -74,7 +77,8 @@ const (
 	ScrollRight Direction = "right"
 )
 
-var directionNames = []string{"up", "down", "left", "right"}
+// DirectionNames are the scroll directions by name.
+var DirectionNames = []string{"up", "down", "left", "right"}
 
 // Point is a position in screenshot coordinates.
 type Point struct {
@@ -232,8 +236,8 @@ type Zoom struct {
 	Width, Height int
 }
 
-// CursorPosition reports the pointer position as "X=x,Y=y" in screenshot
-// coordinates.
+// CursorPosition reports the pointer position in screenshot coordinates:
+// as Result.Cursor, and as "X=x,Y=y" in Result.Text for Claude.
 type CursorPosition struct{}
 
 // ClipboardGet reads the guest desktop's clipboard (the CLIPBOARD selection)
@@ -282,8 +286,8 @@ func (CursorPosition) isAction() {}
 func (ClipboardGet) isAction()   {}
 func (ClipboardSet) isAction()   {}
 
-// observation reports whether a only looks at the screen.
-func observation(a Action) bool {
+// IsObservation reports whether a only looks at the screen.
+func IsObservation(a Action) bool {
 	switch a.(type) {
 	case Screenshot, Zoom, CursorPosition, ClipboardGet:
 		return true
@@ -292,7 +296,7 @@ func observation(a Action) bool {
 }
 
 // Validate checks the position.
-func (a Move) Validate() error { return checkPoint("", &a.To) }
+func (a Move) Validate() error { return checkPoint(nil, &a.To) }
 
 // Validate checks the offset is within a screen's reach.
 func (a MoveBy) Validate() error {
@@ -301,36 +305,36 @@ func (a MoveBy) Validate() error {
 		v int
 	}{{"dx", a.DX}, {"dy", a.DY}} {
 		if v.v < -1e6 || v.v > 1e6 {
-			return fieldErr(v.f, ErrOutOfBounds, fmt.Sprintf("%d is off any screen", v.v))
+			return Invalid(v.f, ErrOutOfBounds, fmt.Sprintf("%d is off any screen", v.v))
 		}
 	}
 	return nil
 }
 
 // Validate checks the position and the button.
-func (a ButtonDown) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
+func (a ButtonDown) Validate() error { return firstErr(checkPoint(nil, a.At), checkButton(a.Button)) }
 
 // Validate checks the position and the button.
-func (a ButtonUp) Validate() error { return firstErr(checkPoint("", a.At), checkButton(a.Button)) }
+func (a ButtonUp) Validate() error { return firstErr(checkPoint(nil, a.At), checkButton(a.Button)) }
 
 // Validate checks the position, button, count and modifiers.
 func (a Click) Validate() error {
 	if a.Count < 0 || a.Count > MaxClickCount {
-		return fieldErr("count", nil, fmt.Sprintf("must be 1 to %d (0 or absent means 1), got %d", MaxClickCount, a.Count))
+		return Invalid("count", nil, fmt.Sprintf("must be 1 to %d (0 or absent means 1), got %d", MaxClickCount, a.Count))
 	}
-	return firstErr(checkPoint("", a.At), checkButton(a.Button), checkModifiers(a.Modifiers))
+	return firstErr(checkPoint(nil, a.At), checkButton(a.Button), checkModifiers(a.Modifiers))
 }
 
 // Validate checks the points, button and modifiers.
 func (a Drag) Validate() error {
-	if err := firstErr(checkPoint("", &a.To), checkPoint("from.", a.From)); err != nil {
+	if err := firstErr(checkPoint(nil, &a.To), checkPoint(fielderr.Name("from"), a.From)); err != nil {
 		return err
 	}
 	if len(a.Via) > MaxDragVia {
-		return limitErr("via", MaxDragVia, fmt.Sprintf("at most %d points, got %d", MaxDragVia, len(a.Via)))
+		return TooLarge("via", MaxDragVia, fmt.Sprintf("at most %d points, got %d", MaxDragVia, len(a.Via)))
 	}
 	for i := range a.Via {
-		if err := checkPoint(fmt.Sprintf("via[%d].", i), &a.Via[i]); err != nil {
+		if err := checkPoint(Elem("via", i), &a.Via[i]); err != nil {
 			return err
 		}
 	}
@@ -339,18 +343,18 @@ func (a Drag) Validate() error {
 
 // Validate checks the position, direction, amount and modifiers.
 func (a Scroll) Validate() error {
-	if err := checkPoint("", a.At); err != nil {
+	if err := checkPoint(nil, a.At); err != nil {
 		return err
 	}
 	switch a.Direction {
 	case ScrollUp, ScrollDown, ScrollLeft, ScrollRight:
 	case "":
-		return oneOfErr("direction", nil, directionNames, "scroll needs a direction: up, down, left or right")
+		return OneOf("direction", nil, DirectionNames, "scroll needs a direction: up, down, left or right")
 	default:
-		return oneOfErr("direction", nil, directionNames, fmt.Sprintf("must be up, down, left or right, got %q", a.Direction))
+		return OneOf("direction", nil, DirectionNames, fmt.Sprintf("must be up, down, left or right, got %q", a.Direction))
 	}
 	if a.Amount < 1 || a.Amount > MaxScrollAmount {
-		return fieldErr("amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", MaxScrollAmount, a.Amount))
+		return Invalid("amount", nil, fmt.Sprintf("must be 1 to %d wheel clicks, got %d", MaxScrollAmount, a.Amount))
 	}
 	return checkModifiers(a.Modifiers)
 }
@@ -373,13 +377,13 @@ func (a HoldKey) Validate() error { return firstErr(checkKeys(a.Keys), checkDura
 // GuestInput) is checked when it plans the action.
 func (a TypeText) Validate() error {
 	if a.Text == "" {
-		return fieldErr("text", nil, "type needs non-empty text")
+		return Invalid("text", nil, "type needs non-empty text")
 	}
 	if n := utf8.RuneCountInString(a.Text); n > MaxTextRunes {
-		return limitErr("text", MaxTextRunes, fmt.Sprintf("at most %d characters, got %d; split the text over several type actions", MaxTextRunes, n))
+		return TooLarge("text", MaxTextRunes, fmt.Sprintf("at most %d characters, got %d; split the text over several type actions", MaxTextRunes, n))
 	}
 	if err := checkText(a.Text); err != nil {
-		return withPrefix("text", err)
+		return WithPrefix(fielderr.Name("text"), err)
 	}
 	return nil
 }
@@ -391,10 +395,10 @@ func (ClipboardGet) Validate() error { return nil }
 // empty text empties the clipboard.
 func (a ClipboardSet) Validate() error {
 	if len(a.Text) > MaxClipboardBytes {
-		return limitErr("text", MaxClipboardBytes, fmt.Sprintf("at most %d bytes, got %d", MaxClipboardBytes, len(a.Text)))
+		return TooLarge("text", MaxClipboardBytes, fmt.Sprintf("at most %d bytes, got %d", MaxClipboardBytes, len(a.Text)))
 	}
 	if !utf8.ValidString(a.Text) {
-		return fieldErr("text", nil, "must be valid UTF-8")
+		return Invalid("text", nil, "must be valid UTF-8")
 	}
 	return nil
 }
@@ -410,29 +414,30 @@ func (a Zoom) Validate() error {
 	r := a.Region
 	for i, v := range r {
 		if v < 0 {
-			return fieldErr("region", ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative", i, v))
+			return Invalid("region", ErrOutOfBounds, fmt.Sprintf("value %d is %d; coordinates must be non-negative", i, v))
 		}
 	}
 	if r[0] >= r[2] || r[1] >= r[3] {
-		return fieldErr("region", nil, fmt.Sprintf("[%d, %d, %d, %d] must have x0 < x1 and y0 < y1", r[0], r[1], r[2], r[3]))
+		return Invalid("region", nil, fmt.Sprintf("[%d, %d, %d, %d] must have x0 < x1 and y0 < y1", r[0], r[1], r[2], r[3]))
 	}
 	for _, s := range []struct {
 		field string
 		v     int
 	}{{"width", a.Width}, {"height", a.Height}} {
 		if s.v < 0 || s.v > MaxZoomSide {
-			return limitErr(s.field, MaxZoomSide, fmt.Sprintf("must be 1 to %d (0 or absent means derived), got %d", MaxZoomSide, s.v))
+			return TooLarge(s.field, MaxZoomSide, fmt.Sprintf("must be 1 to %d (0 or absent means derived), got %d", MaxZoomSide, s.v))
 		}
 	}
-	return checkZoomArea(a.Width, a.Height)
+	return CheckZoomArea(a.Width, a.Height)
 }
 
 // Validate accepts any cursor_position.
 func (CursorPosition) Validate() error { return nil }
 
-func checkZoomArea(w, h int) error {
+// CheckZoomArea refuses a zoom output of more than MaxZoomPixels; the field is "width".
+func CheckZoomArea(w, h int) error {
 	if w*h > MaxZoomPixels {
-		return limitErr("width", MaxZoomPixels, fmt.Sprintf("a %dx%d zoom is %d pixels; at most %d (%d Mpx)", w, h, w*h, MaxZoomPixels, MaxZoomPixels>>20))
+		return TooLarge("width", MaxZoomPixels, fmt.Sprintf("a %dx%d zoom is %d pixels; at most %d (%d Mpx)", w, h, w*h, MaxZoomPixels, MaxZoomPixels>>20))
 	}
 	return nil
 }
@@ -447,14 +452,14 @@ func firstErr(errs ...error) error {
 }
 
 // checkPoint checks p (nil is fine) is non-negative; prefix names it.
-func checkPoint(prefix string, p *Point) error {
+func checkPoint(prefix fielderr.Path, p *Point) error {
 	switch {
 	case p == nil:
 		return nil
 	case p.X < 0:
-		return fieldErr(prefix+"x", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.X))
+		return WithPrefix(prefix, Invalid("x", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.X)))
 	case p.Y < 0:
-		return fieldErr(prefix+"y", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.Y))
+		return WithPrefix(prefix, Invalid("y", ErrOutOfBounds, fmt.Sprintf("must be non-negative, got %d", p.Y)))
 	}
 	return nil
 }
@@ -464,32 +469,32 @@ func checkButton(b Button) error {
 	case "", ButtonLeft, ButtonMiddle, ButtonRight, ButtonBack, ButtonForward:
 		return nil
 	}
-	return oneOfErr("button", nil, buttonNames, fmt.Sprintf("must be left, middle, right, back or forward, got %q", b))
+	return OneOf("button", nil, ButtonNames, fmt.Sprintf("must be left, middle, right, back or forward, got %q", b))
 }
 
 func checkModifiers(mods []Key) error {
 	for _, k := range mods {
 		if !k.IsModifier() {
-			return fieldErr("modifiers", ErrUnknownKey, fmt.Sprintf("%q is not a modifier key; modifiers are shift, ctrl, alt, "+
+			return Invalid("modifiers", ErrUnknownKey, fmt.Sprintf("%q is not a modifier key; modifiers are shift, ctrl, alt, "+
 				"super (cmd, win), meta and their _L/_R forms, joined with + (\"ctrl+shift\")", k.Name))
 		}
 	}
 	if len(mods) > MaxChordKeys {
-		return limitErr("modifiers", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(mods)))
+		return TooLarge("modifiers", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(mods)))
 	}
 	return nil
 }
 
 func checkKeys(keys []Key) error {
 	if len(keys) == 0 {
-		return fieldErr("keys", ErrUnknownKey, "needs at least one key")
+		return Invalid("keys", ErrUnknownKey, "needs at least one key")
 	}
 	if len(keys) > MaxChordKeys {
-		return limitErr("keys", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
+		return TooLarge("keys", MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
 	}
 	for _, k := range keys {
 		if k.Keysym == 0 {
-			return fieldErr("keys", ErrUnknownKey, fmt.Sprintf("key %q has no keysym; build keys with ParseKey", k.Name))
+			return Invalid("keys", ErrUnknownKey, fmt.Sprintf("key %q has no keysym; build keys with ParseKey", k.Name))
 		}
 	}
 	return nil
@@ -497,7 +502,7 @@ func checkKeys(keys []Key) error {
 
 func checkDuration(d time.Duration) error {
 	if d < time.Millisecond || d > MaxDuration {
-		return fieldErr("duration_ms", nil, fmt.Sprintf("must be 1 to %d, got %d", MaxDuration.Milliseconds(), d.Milliseconds()))
+		return Invalid("duration_ms", nil, fmt.Sprintf("must be 1 to %d, got %d", MaxDuration.Milliseconds(), d.Milliseconds()))
 	}
 	return nil
 }
@@ -509,12 +514,12 @@ func parseKeyList(field string, names []string) ([]Key, error) {
 	for _, n := range names {
 		ks, err := ParseChord(n)
 		if err != nil {
-			return nil, withPrefix(field, err)
+			return nil, WithPrefix(fielderr.Name(field), err)
 		}
 		keys = append(keys, ks...)
 	}
 	if len(keys) > MaxChordKeys {
-		return nil, limitErr(field, MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
+		return nil, TooLarge(field, MaxChordKeys, fmt.Sprintf("at most %d keys at once, got %d", MaxChordKeys, len(keys)))
 	}
 	return keys, nil
 }
@@ -544,15 +549,15 @@ func KeyNames(keys []Key) []string {
 	return names
 }
 
-// roundMS rounds d up to a whole millisecond, at least 1 ms.
-func roundMS(d time.Duration) time.Duration {
+// RoundMS rounds d up to a whole millisecond, at least 1 ms.
+func RoundMS(d time.Duration) time.Duration {
 	return max(time.Millisecond, (d+time.Millisecond-1)/time.Millisecond*time.Millisecond)
 }
 
-// validateAll validates what a translator built: each translator checks its
+// ValidateAll validates what a translator built: each translator checks its
 // own vocabulary's fields, and this catches a mapping that produced an action
 // the neutral model refuses.
-func validateAll(acts []Action) error {
+func ValidateAll(acts []Action) error {
 	for _, a := range acts {
 		if err := a.Validate(); err != nil {
 			return err

@@ -53,40 +53,49 @@ var (
 // vmm and web.
 type FieldError = fielderr.Error
 
-// withPrefix returns a copy of err with prefix put in front of its field name
-// ("actions[2]." + "x"); other errors are returned unchanged.
-func withPrefix(prefix string, err error) error { return fielderr.Prefix(prefix, err) }
+// WithPrefix returns a copy of err with prefix put in front of its field's
+// path (actions[2] before x); other errors are returned unchanged.
+func WithPrefix(prefix fielderr.Path, err error) error { return fielderr.Prefix(prefix, err) }
 
-// renamed returns err naming field instead, if it is a *FieldError.
-func renamed(err error, field string) error {
-	return fielderr.Rename(err, func(string) string { return field })
+// Elem is the path of element i of the list field list ("actions[2]").
+func Elem(list string, i int) fielderr.Path { return fielderr.Name(list).Index(i) }
+
+// Renamed returns err naming field instead, if it is a *FieldError.
+func Renamed(err error, field string) error {
+	return fielderr.Rename(err, func(fielderr.Path) fielderr.Path { return fielderr.Name(field) })
 }
 
-// fieldErr returns a *FieldError wrapping ErrInvalid and kind (if not nil).
-func fieldErr(field string, kind error, msg string) *FieldError {
+// Invalid returns a *FieldError for the field named field wrapping
+// ErrInvalid and kind (if not nil).
+func Invalid(field string, kind error, msg string) *FieldError {
+	return InvalidAt(fielderr.Name(field), kind, msg)
+}
+
+// InvalidAt is Invalid for a field deeper in the input.
+func InvalidAt(p fielderr.Path, kind error, msg string) *FieldError {
 	if kind == nil || kind == ErrInvalid {
-		return fielderr.New(field, msg, ErrInvalid)
+		return fielderr.At(p, msg, ErrInvalid)
 	}
-	return fielderr.New(field, msg, ErrInvalid, kind)
+	return fielderr.At(p, msg, ErrInvalid, kind)
 }
 
-// limitErr is a refusal of a value over a cap.
-func limitErr(field string, limit int, msg string) *FieldError {
-	fe := fieldErr(field, ErrTooLarge, msg)
+// TooLarge returns a refusal of a value over a cap.
+func TooLarge(field string, limit int, msg string) *FieldError {
+	fe := Invalid(field, ErrTooLarge, msg)
 	fe.Limit = limit
 	return fe
 }
 
-// oneOfErr is a refusal of a value outside a fixed set.
-func oneOfErr(field string, kind error, accepted []string, msg string) *FieldError {
-	fe := fieldErr(field, kind, msg)
+// OneOf returns a refusal of a value outside a fixed set.
+func OneOf(field string, kind error, accepted []string, msg string) *FieldError {
+	fe := Invalid(field, kind, msg)
 	fe.Accepted = accepted
 	return fe
 }
 
 // StepError is a failure while playing one action of a Run (a display or
 // guest error, a cancellation), as opposed to a refusal before anything was
-// sent (*FieldError). Call.AgentError relabels it in the agent's terms.
+// sent (*FieldError). vocab.Call.AgentError relabels it in the agent's terms.
 type StepError struct {
 	// Index is the action's place in the Run's list.
 	Index int

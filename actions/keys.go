@@ -41,6 +41,9 @@ func (k Key) IsModifier() bool {
 	return false
 }
 
+// IsShift reports whether k is Shift_L or Shift_R.
+func (k Key) IsShift() bool { return k.Keysym == xkShiftL || k.Keysym == xkShiftR }
+
 // Extended reports whether the key's scancode has the 0xE0 prefix (two bytes
 // on the wire to the guest's keyboard controller).
 func (k Key) Extended() bool { return k.Scancode&0xff00 == 0xe000 }
@@ -281,6 +284,28 @@ func init() {
 	shiftKey = keyIndex["shiftl"]
 }
 
+// ShiftKey returns Shift_L, the key a player presses for Shift.
+func ShiftKey() Key { return shiftKey }
+
+// AllKeys returns every key ParseKey or KeyForRune can return, once each.
+func AllKeys() []Key {
+	seen := map[Key]bool{}
+	var out []Key
+	for c := byte(0x20); c < 0x7f; c++ {
+		if k := charKeys[c]; !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	for _, k := range keyIndex {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // normName folds a multi-character key name for lookup: lower case, without
 // underscores, so "Page_Down", "pagedown" and "PAGEDOWN" are one name.
 func normName(s string) string {
@@ -460,9 +485,9 @@ func checkText(text string) error {
 	return nil
 }
 
-// asciiTypable reports whether every character of text has a key on the US
+// ASCIITypable reports whether every character of text has a key on the US
 // layout (KeyForRune), so it can go over the display.
-func asciiTypable(text string) bool {
+func ASCIITypable(text string) bool {
 	for _, r := range text {
 		if _, err := KeyForRune(r); err != nil {
 			return false
@@ -471,9 +496,9 @@ func asciiTypable(text string) bool {
 	return true
 }
 
-// checkTypable returns an error naming the first character of text that
+// CheckTypable returns an error naming the first character of text that
 // KeyForRune refuses, with its byte offset.
-func checkTypable(text string) error {
+func CheckTypable(text string) error {
 	for i, r := range text {
 		if r == utf8.RuneError {
 			if _, size := utf8.DecodeRuneInString(text[i:]); size <= 1 {
@@ -487,9 +512,9 @@ func checkTypable(text string) error {
 	return nil
 }
 
-// parseModifiers resolves modifier key names (each may itself be a chord
+// ParseModifiers resolves modifier key names (each may itself be a chord
 // such as "ctrl+shift") and checks every key is a modifier.
-func parseModifiers(names []string) ([]Key, error) {
+func ParseModifiers(names []string) ([]Key, error) {
 	var keys []Key
 	for _, n := range names {
 		ks, err := ParseChord(n)

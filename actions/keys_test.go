@@ -5,70 +5,35 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/internal/keytest"
 )
 
-// usASCII is the US layout written out by hand, independent of keys.go: each
-// printable ASCII character, the set-1 scancode of its key, and whether it
-// needs Shift. Source: the IBM PC/AT scancode set 1 chart (the same values as
-// QEMU keycodemapdb's "AT set1 keycode" column).
-var usASCII = []struct {
-	c     byte
-	code  uint16
-	shift bool
-}{
-	{' ', 0x39, false}, {'!', 0x02, true}, {'"', 0x28, true}, {'#', 0x04, true},
-	{'$', 0x05, true}, {'%', 0x06, true}, {'&', 0x08, true}, {'\'', 0x28, false},
-	{'(', 0x0a, true}, {')', 0x0b, true}, {'*', 0x09, true}, {'+', 0x0d, true},
-	{',', 0x33, false}, {'-', 0x0c, false}, {'.', 0x34, false}, {'/', 0x35, false},
-	{'0', 0x0b, false}, {'1', 0x02, false}, {'2', 0x03, false}, {'3', 0x04, false},
-	{'4', 0x05, false}, {'5', 0x06, false}, {'6', 0x07, false}, {'7', 0x08, false},
-	{'8', 0x09, false}, {'9', 0x0a, false}, {':', 0x27, true}, {';', 0x27, false},
-	{'<', 0x33, true}, {'=', 0x0d, false}, {'>', 0x34, true}, {'?', 0x35, true},
-	{'@', 0x03, true},
-	{'A', 0x1e, true}, {'B', 0x30, true}, {'C', 0x2e, true}, {'D', 0x20, true},
-	{'E', 0x12, true}, {'F', 0x21, true}, {'G', 0x22, true}, {'H', 0x23, true},
-	{'I', 0x17, true}, {'J', 0x24, true}, {'K', 0x25, true}, {'L', 0x26, true},
-	{'M', 0x32, true}, {'N', 0x31, true}, {'O', 0x18, true}, {'P', 0x19, true},
-	{'Q', 0x10, true}, {'R', 0x13, true}, {'S', 0x1f, true}, {'T', 0x14, true},
-	{'U', 0x16, true}, {'V', 0x2f, true}, {'W', 0x11, true}, {'X', 0x2d, true},
-	{'Y', 0x15, true}, {'Z', 0x2c, true},
-	{'[', 0x1a, false}, {'\\', 0x2b, false}, {']', 0x1b, false}, {'^', 0x07, true},
-	{'_', 0x0c, true}, {'`', 0x29, false},
-	{'a', 0x1e, false}, {'b', 0x30, false}, {'c', 0x2e, false}, {'d', 0x20, false},
-	{'e', 0x12, false}, {'f', 0x21, false}, {'g', 0x22, false}, {'h', 0x23, false},
-	{'i', 0x17, false}, {'j', 0x24, false}, {'k', 0x25, false}, {'l', 0x26, false},
-	{'m', 0x32, false}, {'n', 0x31, false}, {'o', 0x18, false}, {'p', 0x19, false},
-	{'q', 0x10, false}, {'r', 0x13, false}, {'s', 0x1f, false}, {'t', 0x14, false},
-	{'u', 0x16, false}, {'v', 0x2f, false}, {'w', 0x11, false}, {'x', 0x2d, false},
-	{'y', 0x15, false}, {'z', 0x2c, false},
-	{'{', 0x1a, true}, {'|', 0x2b, true}, {'}', 0x1b, true}, {'~', 0x29, true},
-}
-
 func TestPrintableASCIIKeys(t *testing.T) {
-	if len(usASCII) != 95 {
-		t.Fatalf("table has %d characters, want all 95 printable ASCII", len(usASCII))
+	if len(keytest.USASCII) != 95 {
+		t.Fatalf("table has %d characters, want all 95 printable ASCII", len(keytest.USASCII))
 	}
 	seen := map[byte]bool{}
-	for _, want := range usASCII {
-		if seen[want.c] {
-			t.Fatalf("table lists %q twice", want.c)
+	for _, want := range keytest.USASCII {
+		if seen[want.C] {
+			t.Fatalf("table lists %q twice", want.C)
 		}
-		seen[want.c] = true
+		seen[want.C] = true
 		for _, get := range []struct {
 			how string
 			f   func() (Key, error)
 		}{
-			{"KeyForRune", func() (Key, error) { return KeyForRune(rune(want.c)) }},
-			{"ParseKey", func() (Key, error) { return ParseKey(string(want.c)) }},
+			{"KeyForRune", func() (Key, error) { return KeyForRune(rune(want.C)) }},
+			{"ParseKey", func() (Key, error) { return ParseKey(string(want.C)) }},
 		} {
 			k, err := get.f()
 			if err != nil {
-				t.Errorf("%s(%q): %v", get.how, want.c, err)
+				t.Errorf("%s(%q): %v", get.how, want.C, err)
 				continue
 			}
-			if k.Keysym != uint32(want.c) || k.Scancode != want.code || k.Shift != want.shift {
+			if k.Keysym != uint32(want.C) || k.Scancode != want.Code || k.Shift != want.Shift {
 				t.Errorf("%s(%q) = keysym %#x scancode %#x shift %v, want %#x %#x %v",
-					get.how, want.c, k.Keysym, k.Scancode, k.Shift, want.c, want.code, want.shift)
+					get.how, want.C, k.Keysym, k.Scancode, k.Shift, want.C, want.Code, want.Shift)
 			}
 		}
 	}
@@ -292,25 +257,25 @@ func TestParseChord(t *testing.T) {
 }
 
 func TestParseModifiers(t *testing.T) {
-	keys, err := parseModifiers([]string{"ctrl+shift", "alt"})
+	keys, err := ParseModifiers([]string{"ctrl+shift", "alt"})
 	if err != nil || strings.Join(KeyNames(keys), ",") != "Control_L,Shift_L,Alt_L" {
 		t.Errorf("parseModifiers = %v, %v", KeyNames(keys), err)
 	}
-	_, err = parseModifiers([]string{"ctrl+a"})
+	_, err = ParseModifiers([]string{"ctrl+a"})
 	if err == nil || !strings.Contains(err.Error(), "not a modifier") {
-		t.Errorf("parseModifiers(ctrl+a) = %v, want not-a-modifier error", err)
+		t.Errorf("ParseModifiers(ctrl+a) = %v, want not-a-modifier error", err)
 	}
 }
 
 func TestCheckTypable(t *testing.T) {
-	if err := checkTypable("Hello, World! <a href=\"x\">\n\t~!@#$%^&*()_+{}|:\"<>?"); err != nil {
-		t.Errorf("checkTypable(ascii) = %v", err)
+	if err := CheckTypable("Hello, World! <a href=\"x\">\n\t~!@#$%^&*()_+{}|:\"<>?"); err != nil {
+		t.Errorf("CheckTypable(ascii) = %v", err)
 	}
-	err := checkTypable("café")
+	err := CheckTypable("café")
 	if !errors.Is(err, ErrUntypable) || !strings.Contains(err.Error(), "at byte 3") || !strings.Contains(err.Error(), "U+00E9") {
-		t.Errorf("checkTypable(café) = %v", err)
+		t.Errorf("CheckTypable(café) = %v", err)
 	}
-	if err := checkTypable("a\xffb"); !errors.Is(err, ErrUntypable) || !strings.Contains(err.Error(), "invalid UTF-8") {
-		t.Errorf("checkTypable(invalid utf8) = %v", err)
+	if err := CheckTypable("a\xffb"); !errors.Is(err, ErrUntypable) || !strings.Contains(err.Error(), "invalid UTF-8") {
+		t.Errorf("CheckTypable(invalid utf8) = %v", err)
 	}
 }

@@ -93,11 +93,11 @@ func (w xyJSON) point(need string) (*Point, error) {
 	case w.X == nil && w.Y == nil && need == "":
 		return nil, nil
 	case w.X == nil && w.Y == nil:
-		return nil, fieldErr("x", nil, need+" needs x and y")
+		return nil, Invalid("x", nil, need+" needs x and y")
 	case w.X == nil:
-		return nil, fieldErr("x", nil, "x and y go together: give both or neither")
+		return nil, Invalid("x", nil, "x and y go together: give both or neither")
 	case w.Y == nil:
-		return nil, fieldErr("y", nil, "x and y go together: give both or neither")
+		return nil, Invalid("y", nil, "x and y go together: give both or neither")
 	}
 	return &Point{X: *w.X, Y: *w.Y}, nil
 }
@@ -261,7 +261,7 @@ type zoomJSON struct {
 
 func (w *zoomJSON) action() (Action, error) {
 	if len(w.Region) != 4 {
-		return nil, fieldErr("region", nil, fmt.Sprintf("must be [x0, y0, x1, y1] (4 integers), got %d values", len(w.Region)))
+		return nil, Invalid("region", nil, fmt.Sprintf("must be [x0, y0, x1, y1] (4 integers), got %d values", len(w.Region)))
 	}
 	return Zoom{Region: [4]int(w.Region), Width: w.Width, Height: w.Height}, nil
 }
@@ -386,32 +386,32 @@ func DecodeActions(data []byte) ([]Action, error) {
 	if len(data) > 0 && data[0] == '{' {
 		a, err := DecodeAction(data)
 		if err != nil {
-			return nil, withPrefix("actions[0].", err)
+			return nil, WithPrefix(Elem("actions", 0), err)
 		}
 		return []Action{a}, nil
 	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil {
-		return nil, fieldErr("actions", nil, "must be a JSON array of action objects: "+err.Error())
+		return nil, Invalid("actions", nil, "must be a JSON array of action objects: "+err.Error())
 	}
-	if err := checkCount(len(raws)); err != nil {
+	if err := CheckCount(len(raws)); err != nil {
 		return nil, err
 	}
 	acts := make([]Action, len(raws))
 	for i, raw := range raws {
 		a, err := DecodeAction(raw)
 		if err != nil {
-			return nil, withPrefix(fmt.Sprintf("actions[%d].", i), err)
+			return nil, WithPrefix(Elem("actions", i), err)
 		}
 		acts[i] = a
 	}
 	return acts, nil
 }
 
-// checkCount refuses more than MaxActions actions.
-func checkCount(n int) error {
+// CheckCount refuses more than MaxActions actions.
+func CheckCount(n int) error {
 	if n > MaxActions {
-		return limitErr("actions", MaxActions, fmt.Sprintf("at most %d actions per request, got %d; split them over several requests", MaxActions, n))
+		return TooLarge("actions", MaxActions, fmt.Sprintf("at most %d actions per request, got %d; split them over several requests", MaxActions, n))
 	}
 	return nil
 }
@@ -427,11 +427,11 @@ func DecodeAction(data []byte) (Action, error) {
 		return nil, jsonFieldError(err, nil)
 	}
 	if head.Kind == nil {
-		return nil, oneOfErr("kind", ErrUnsupportedAction, kindNames(), "missing; kinds are "+strings.Join(kindNames(), ", "))
+		return nil, OneOf("kind", ErrUnsupportedAction, kindNames(), "missing; kinds are "+strings.Join(kindNames(), ", "))
 	}
 	mk, ok := wireForms[*head.Kind]
 	if !ok {
-		return nil, oneOfErr("kind", ErrUnsupportedAction, kindNames(),
+		return nil, OneOf("kind", ErrUnsupportedAction, kindNames(),
 			fmt.Sprintf("unknown kind %q; kinds are %s", *head.Kind, strings.Join(kindNames(), ", ")))
 	}
 	w := mk()
@@ -456,24 +456,24 @@ func jsonFieldError(err error, w wireForm) error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		// Fields of the embedded structs are the object's own.
 		field := strings.NewReplacer("xyJSON.", "", "kindJSON.", "").Replace(te.Field)
-		return fieldErr(field, nil, fmt.Sprintf("must be %s, got JSON %s", jsonTypeName(te.Type.Kind()), te.Value))
+		return Invalid(field, nil, fmt.Sprintf("must be %s, got JSON %s", jsonTypeName(te.Type.Kind()), te.Value))
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		f = strings.Trim(f, `"`)
 		if w == nil {
-			return fieldErr(f, nil, "unknown field")
+			return Invalid(f, nil, "unknown field")
 		}
 		takes := jsonFields(w)
 		k := w.(interface{ kind() Kind }).kind()
 		if slices.Contains(allNeutralFields(), f) {
-			return fieldErr(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", k, k, takesList(takes)))
+			return Invalid(f, nil, fmt.Sprintf("not used by %s (%s takes %s)", k, k, TakesList(takes)))
 		}
-		return fieldErr(f, nil, fmt.Sprintf("unknown field; %s takes %s", k, takesList(takes)))
+		return Invalid(f, nil, fmt.Sprintf("unknown field; %s takes %s", k, TakesList(takes)))
 	}
 	if errors.Is(err, io.EOF) {
-		return fieldErr("", nil, "empty input; want a JSON object")
+		return Invalid("", nil, "empty input; want a JSON object")
 	}
-	return fieldErr("", nil, "malformed JSON: "+err.Error())
+	return Invalid("", nil, "malformed JSON: "+err.Error())
 }
 
 func (k kindJSON) kind() Kind { return k.Kind }
@@ -527,7 +527,9 @@ func allNeutralFields() []string {
 	return all
 }
 
-func takesList(fs []string) string {
+// TakesList renders a kind's field list for an error message ("x, y" or
+// "no other fields").
+func TakesList(fs []string) string {
 	if len(fs) == 0 {
 		return "no other fields"
 	}

@@ -5,11 +5,13 @@
 // a live view; `deskfarm agent run` is its command.
 //
 // It owns the loop and nothing else. The models are reached through their
-// official SDKs (anthropic-sdk-go for Claude's computer_20251124 tool,
-// openai-go's Responses API for OpenAI's computer_use_preview), the farm
-// through package client: the tool calls go to the actions route as the
-// model emitted them, and the route's answer goes back as the tool result.
-// No server code is linked.
+// official SDKs: anthropic-sdk-go's Messages API with Claude's
+// computer_toolset_20260801 (or, as an option, the older computer_20251124
+// tool on the beta API), openai-go's Responses API with OpenAI's computer
+// tool (or the older computer_use_preview). The farm is reached through
+// package client: the tool calls go to the actions route as the model
+// emitted them, a turn's batch in one request, and the route's answer goes
+// back as the tool results. No server code is linked.
 package agentloop
 
 import (
@@ -18,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,8 +44,68 @@ const (
 	StopModel    = "model"     // the model stopped for another reason (Result.StopReason: max_tokens, refusal, ...)
 )
 
+// The computer tools a run can give the model (Options.Tool). The first of
+// each provider is its default: the generally available tool.
+const (
+	// ToolClaudeToolset is Claude's computer toolset: one tools[] entry for
+	// the family, one tool_use block per action, several in a turn.
+	ToolClaudeToolset = api.ToolClaudeToolset
+	// ToolClaude20251124 is Claude's single computer tool of the
+	// computer-use-2025-11-24 beta.
+	ToolClaude20251124 = "computer_20251124"
+	// ToolOpenAI is OpenAI's computer tool: a computer_call holds a batch
+	// of actions.
+	ToolOpenAI = api.ToolOpenAI
+	// ToolOpenAIPreview is OpenAI's computer_use_preview tool: one action a
+	// computer_call, for the computer-use-preview model.
+	ToolOpenAIPreview = api.ToolOpenAIPreview
+)
+
+// ClaudeTools and OpenAITools list each provider's tools, the default
+// first.
+var (
+	ClaudeTools = []string{ToolClaudeToolset, ToolClaude20251124}
+	OpenAITools = []string{ToolOpenAI, ToolOpenAIPreview}
+)
+
+// DefaultModel is the model a run with tool uses unless told otherwise:
+// DefaultClaudeModel and DefaultOpenAIModel for the default tools, and for
+// an older tool the model it came out with. It is "" for an unknown tool.
+func DefaultModel(tool string) string {
+	switch tool {
+	case ToolClaudeToolset:
+		return DefaultClaudeModel
+	case ToolClaude20251124:
+		return claude20251124Model
+	case ToolOpenAI:
+		return DefaultOpenAIModel
+	case ToolOpenAIPreview:
+		return openAIPreviewModel
+	}
+	return ""
+}
+
+// ErrUnknownTool is returned for an Options.Tool the provider does not
+// have.
+var ErrUnknownTool = errors.New("unknown computer tool")
+
+// pickTool returns the tool of a run: opts.Tool, or the provider's default
+// (tools[0]) when it is "".
+func pickTool(opts Options, tools []string) (string, error) {
+	if opts.Tool == "" {
+		return tools[0], nil
+	}
+	if !slices.Contains(tools, opts.Tool) {
+		return "", fmt.Errorf("%w %q: this provider has %s", ErrUnknownTool, opts.Tool, strings.Join(tools, ", "))
+	}
+	return opts.Tool, nil
+}
+
 // Options configure a run.
 type Options struct {
+	// Tool is the computer tool the model is given, one of the provider's
+	// (ClaudeTools, OpenAITools); "" means the provider's default.
+	Tool string
 	// Pool is the pool of the episode; "" lets the server choose.
 	Pool string
 	// TTLS is the episode's lease in seconds; 0 means the pool's default.
@@ -102,8 +165,7 @@ func start(ctx context.Context, c *client.Client, opts Options) (*run, error) {
 	r := &run{c: c, opts: opts, ep: ep, target: client.Episode(ep.ID)}
 	r.logf("episode %s on vm %s (pool %s)", ep.ID, ep.VM, ep.Pool)
 	r.logf("live view: %s", ep.ViewerURL)
-	res, err := c.Act(ctx, r.target, api.ActionsRequest{Tool: claudeTool, Input: json.RawMessage(`{"action":"screenshot"}`),
-		ScreenshotSize: screenshotSize})
+	res, err := r.screenshot(ctx)
 	if err != nil {
 		return r, fmt.Errorf("first screenshot of episode %s: %w", ep.ID, err)
 	}
@@ -115,6 +177,25 @@ func start(ctx context.Context, c *client.Client, opts Options) (*run, error) {
 // screenshotSize is the agent's coordinate space: the reference demo's
 // scaling (XGA/WXGA/FWXGA by aspect ratio), kept for the whole run.
 const screenshotSize = "auto"
+
+// screenshot takes a screenshot at the run's screenshot size, as a neutral
+// action: it is the loop's own look, in no model's vocabulary.
+func (r *run) screenshot(ctx context.Context) (api.ActionsResponse, error) {
+	return r.c.Act(ctx, r.target, api.ActionsRequest{Action: json.RawMessage(`{"kind":"screenshot"}`),
+		ScreenshotSize: screenshotSize})
+}
+
+// maxed reports whether step is past the run's limit, and then records the
+// stop; otherwise it counts the step.
+func (r *run) maxed(step int, res *Result) bool {
+	if step > r.opts.MaxSteps {
+		res.Stop = StopMaxSteps
+		r.logf("stopped: %d steps", r.opts.MaxSteps)
+		return true
+	}
+	res.Steps = step
+	return false
+}
 
 // finish ends the episode unless the options keep it, whatever became of
 // the run's context.
@@ -142,6 +223,12 @@ func (r *run) logf(format string, args ...any) {
 // stepf logs a line of step n.
 func (r *run) stepf(n int, format string, args ...any) {
 	r.logf("[%d] "+format, append([]any{n}, args...)...)
+}
+
+// said logs the model's text of step n and keeps it as the run's last.
+func (r *run) said(n int, res *Result, who, text string) {
+	res.Final = text
+	r.stepf(n, "%s: %s", who, clip(text, 200))
 }
 
 // clip shortens s for a log line.

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,7 +24,6 @@ import (
 	"github.com/deskfarm/deskfarm/web"
 	"github.com/openai/openai-go/v3"
 	ooption "github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/responses"
 )
 
 // fakeAPI replays recorded model turns (testdata/README.md says how they
@@ -87,6 +85,25 @@ func (f *fakeAPI) request(i int) map[string]any {
 	return f.requests[i]
 }
 
+// lastMessage returns the last message of request i to the Messages API.
+func (f *fakeAPI) lastMessage(i int) any {
+	msgs, _ := get(f.request(i), "messages").([]any)
+	if len(msgs) == 0 {
+		f.t.Fatalf("request %d has no messages", i)
+	}
+	return msgs[len(msgs)-1]
+}
+
+// writeTurns writes constructed model turns to a file for newFakeAPI.
+func writeTurns(t *testing.T, turns string) string {
+	t.Helper()
+	file := t.TempDir() + "/turns.json"
+	if err := os.WriteFile(file, []byte(turns), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 // get walks a decoded JSON value: keys for objects, ints for arrays.
 func get(v any, path ...any) any {
 	for _, p := range path {
@@ -127,6 +144,58 @@ func checkTask(t *testing.T, d *farmtest.Desktop, c *client.Client, res agentloo
 	}
 }
 
+// hasImage reports whether a tool_result block holds an image.
+func hasImage(block any) bool {
+	for _, c := range asList(get(block, "content")) {
+		if get(c, "type") == "image" {
+			return true
+		}
+	}
+	return false
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+// brief is a content block without its content, for a failure message
+// (a screenshot's base64 would drown it).
+func brief(block any) map[string]any {
+	m, _ := block.(map[string]any)
+	out := map[string]any{}
+	for k, v := range m {
+		if k != "content" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func claudeClient(srv *httptest.Server) anthropic.Client {
+	return anthropic.NewClient(aoption.WithAPIKey("test-key"), aoption.WithBaseURL(srv.URL), aoption.WithMaxRetries(0))
+}
+
+// toolsetMembers are the member names of Claude's computer toolset, from
+// the json tags of the SDK's per-member configs (anthropic-sdk-go v2.15.0:
+// "the field set is this toolset version's complete member set").
+func toolsetMembers(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	typ := reflect.TypeFor[anthropic.ComputerToolsetConfigsParam]()
+	for i := range typ.NumField() {
+		if tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); tag != "" && tag != "-" {
+			names = append(names, tag)
+		}
+	}
+	if len(names) < 17 {
+		t.Fatalf("toolset members from the SDK: %v", names)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestClaudeRecordedTask: by default the loop gives the newest Claude
+// model the computer toolset on the GA Messages API, sends each turn's
+// tool_use blocks to the actions route as one batch, and answers every
+// block with the route's tool_result, toolset_name included.
 func TestClaudeRecordedTask(t *testing.T) {
 	d := farmtest.ServeDesktop(t, web.Options{})
 	c, err := client.New(d.Server.URL)
@@ -134,10 +203,9 @@ func TestClaudeRecordedTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	api, srv := newFakeAPI(t, "/v1/messages", "testdata/claude_turns.json")
-	llm := anthropic.NewClient(aoption.WithAPIKey("test-key"), aoption.WithBaseURL(srv.URL), aoption.WithMaxRetries(0))
 	var log bytes.Buffer
-	res, err := agentloop.Claude(context.Background(), c, llm, "claude-opus-4-5", "type hello into the field",
-		agentloop.Options{Log: &log})
+	res, err := agentloop.Claude(context.Background(), c, claudeClient(srv), agentloop.DefaultClaudeModel,
+		"type hello into the field", agentloop.Options{Log: &log})
 	t.Logf("step log:\n%s", log.String())
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +218,91 @@ func TestClaudeRecordedTask(t *testing.T) {
 		t.Errorf("the step log does not link the live view:\n%s", log.String())
 	}
 
+	// The GA API (no beta header), the newest model, and one tools[]
+	// entry: the toolset, every member enabled.
+	first := api.request(0)
+	if get(first, "model") != "claude-opus-5-5" {
+		t.Errorf("model %v, want claude-opus-5-5", get(first, "model"))
+	}
+	if h := api.headers[0].Get("Anthropic-Beta"); h != "" {
+		t.Errorf("anthropic-beta %q; the toolset is generally available", h)
+	}
+	tools := asList(get(first, "tools"))
+	if len(tools) != 1 || get(tools[0], "type") != "computer_toolset_20260801" || get(tools[0], "name") != nil {
+		t.Fatalf("tools %v; want the computer toolset alone", tools)
+	}
+	configs, _ := get(tools[0], "configs").(map[string]any)
+	var members []string
+	for name, cfg := range configs {
+		members = append(members, name)
+		if get(cfg, "enabled") != true {
+			t.Errorf("member %s: %v, want enabled", name, cfg)
+		}
+	}
+	slices.Sort(members)
+	if want := toolsetMembers(t); !slices.Equal(members, want) {
+		t.Errorf("members declared %v, want every one of %v", members, want)
+	}
+	if get(first, "messages", 0, "content", 0, "text") != "type hello into the field" {
+		t.Errorf("first message %v", get(first, "messages", 0))
+	}
+
+	// Each later request sends the model's turn back, toolset_name and all,
+	// and ends with one tool_result per block of it, in order: only the
+	// last of a batch holds the settled screenshot, as the route answers.
+	for i, turn := range []struct {
+		ids    []string
+		images []bool
+	}{
+		{[]string{"toolu_fake_1"}, []bool{true}},
+		{[]string{"toolu_fake_2", "toolu_fake_3"}, []bool{false, true}},
+		{[]string{"toolu_fake_4"}, []bool{true}},
+	} {
+		msgs := asList(get(api.request(i+1), "messages"))
+		echoed := msgs[len(msgs)-2]
+		for k, id := range turn.ids {
+			var use any
+			for _, b := range asList(get(echoed, "content")) {
+				if get(b, "type") == "tool_use" && get(b, "id") == id {
+					use = b
+				}
+			}
+			if get(use, "toolset_name") != "computer" {
+				t.Errorf("request %d: the model's tool_use %s sent back as %v", i+2, id, use)
+			}
+			last := msgs[len(msgs)-1]
+			block := get(last, "content", k)
+			if get(last, "role") != "user" || get(block, "type") != "tool_result" || get(block, "tool_use_id") != id ||
+				get(block, "toolset_name") != "computer" || get(block, "is_error") == true {
+				t.Errorf("request %d: content[%d] of the last message is %v; want the tool_result of %s, toolset computer",
+					i+2, k, brief(block), id)
+				continue
+			}
+			if hasImage(block) != turn.images[k] {
+				t.Errorf("request %d: tool_result of %s holds an image: %v, want %v", i+2, id, hasImage(block), turn.images[k])
+			}
+		}
+		if n := len(asList(get(msgs[len(msgs)-1], "content"))); n != len(turn.ids) {
+			t.Errorf("request %d answers %d blocks, want %d", i+2, n, len(turn.ids))
+		}
+	}
+}
+
+// TestClaudeComputer20251124: --tool computer_20251124 keeps the single
+// tool on the beta API, one actions request a tool_use.
+func TestClaudeComputer20251124(t *testing.T) {
+	d := farmtest.ServeDesktop(t, web.Options{})
+	c, _ := client.New(d.Server.URL)
+	api, srv := newFakeAPI(t, "/v1/messages", "testdata/claude_computer_20251124_turns.json")
+	opts := agentloop.Options{Tool: agentloop.ToolClaude20251124}
+	res, err := agentloop.Claude(context.Background(), c, claudeClient(srv), agentloop.DefaultModel(opts.Tool), "type hello into the field", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTask(t, d, c, res)
+
 	// The tool is declared with deskfarm's screenshot size, under the beta
-	// that has computer_20251124.
+	// that has computer_20251124, for the model it came with.
 	first := api.request(0)
 	tool := get(first, "tools", 0)
 	if get(tool, "type") != "computer_20251124" || get(tool, "display_width_px") != 1280.0 || get(tool, "display_height_px") != 800.0 {
@@ -160,54 +311,57 @@ func TestClaudeRecordedTask(t *testing.T) {
 	if h := api.headers[0].Get("Anthropic-Beta"); !strings.Contains(h, "computer-use-2025-11-24") {
 		t.Errorf("anthropic-beta %q", h)
 	}
-	if get(first, "messages", 0, "content", 0, "text") != "type hello into the field" {
-		t.Errorf("first message %v", get(first, "messages", 0))
+	if get(first, "model") != "claude-opus-4-5" {
+		t.Errorf("model %v", get(first, "model"))
 	}
 	// Each later request answers the previous tool_use with a tool_result
 	// holding the settled screenshot.
 	for i, id := range []string{"toolu_fake_1", "toolu_fake_2", "toolu_fake_3"} {
-		msgs, _ := get(api.request(i+1), "messages").([]any)
-		last := msgs[len(msgs)-1]
+		last := api.lastMessage(i + 1)
 		block := get(last, "content", 0)
 		if get(last, "role") != "user" || get(block, "type") != "tool_result" || get(block, "tool_use_id") != id {
-			t.Errorf("request %d ends with %v; want the tool_result of %s", i+2, last, id)
+			t.Errorf("request %d ends with %v; want the tool_result of %s", i+2, brief(block), id)
 			continue
 		}
-		if get(block, "is_error") == true {
-			t.Errorf("tool_result of %s is an error: %v", id, block)
-		}
-		var kinds []any
-		for _, c := range get(block, "content").([]any) {
-			kinds = append(kinds, get(c, "type"))
-		}
-		if !slices.Contains(kinds, any("image")) {
-			t.Errorf("tool_result of %s holds %v, want an image", id, kinds)
+		if get(block, "is_error") == true || get(block, "toolset_name") != nil || !hasImage(block) {
+			t.Errorf("tool_result of %s: %v (image %v)", id, brief(block), hasImage(block))
 		}
 	}
 }
 
 // TestClaudeToolErrorGoesBackToTheModel: a refused action is an is_error
-// tool_result the model can read, not the end of the run.
+// tool_result the model can read, not the end of the run; the blocks after
+// it in the turn are answered as not run, and a block of a tool the loop
+// does not have is answered as unknown.
 func TestClaudeToolErrorGoesBackToTheModel(t *testing.T) {
 	d := farmtest.ServeDesktop(t, web.Options{})
 	c, _ := client.New(d.Server.URL)
-	turns := `[{"id":"m1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1},
-	  "content":[{"type":"tool_use","id":"toolu_x","name":"computer","input":{"action":"left_click","coordinate":[5000,5]}}]},
+	file := writeTurns(t, `[{"id":"m1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1},
+	  "content":[{"type":"tool_use","id":"toolu_a","name":"left_click","toolset_name":"computer","input":{"coordinate":[5000,5]}},
+	   {"type":"tool_use","id":"toolu_b","name":"bash","input":{"command":"ls"}},
+	   {"type":"tool_use","id":"toolu_c","name":"type","toolset_name":"computer","input":{"text":"never"}}]},
 	 {"id":"m2","type":"message","role":"assistant","model":"m","stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1},
-	  "content":[{"type":"text","text":"That was off the screen."}]}]`
-	file := t.TempDir() + "/turns.json"
-	os.WriteFile(file, []byte(turns), 0o644)
+	  "content":[{"type":"text","text":"That was off the screen."}]}]`)
 	api, srv := newFakeAPI(t, "/v1/messages", file)
-	llm := anthropic.NewClient(aoption.WithAPIKey("k"), aoption.WithBaseURL(srv.URL), aoption.WithMaxRetries(0))
-	res, err := agentloop.Claude(context.Background(), c, llm, "m", "click", agentloop.Options{})
+	res, err := agentloop.Claude(context.Background(), c, claudeClient(srv), "m", "click", agentloop.Options{})
 	if err != nil || res.Stop != agentloop.StopDone {
 		t.Fatalf("run: %+v %v", res, err)
 	}
-	msgs, _ := get(api.request(1), "messages").([]any)
-	block := get(msgs[len(msgs)-1], "content", 0)
-	text, _ := get(block, "content", 0, "text").(string)
-	if get(block, "is_error") != true || !strings.Contains(text, "outside") {
-		t.Errorf("tool_result %v; want is_error with the farm's message", block)
+	last := api.lastMessage(1)
+	for k, want := range []struct{ id, toolset, text string }{
+		{"toolu_a", "computer", "outside"},
+		{"toolu_b", "", "unknown tool"},
+		{"toolu_c", "computer", "Not executed"},
+	} {
+		block := get(last, "content", k)
+		text, _ := get(block, "content", 0, "text").(string)
+		toolset, _ := get(block, "toolset_name").(string)
+		if get(block, "tool_use_id") != want.id || get(block, "is_error") != true || toolset != want.toolset || !strings.Contains(text, want.text) {
+			t.Errorf("tool_result %d: %v; want is_error for %s (toolset %q) saying %q", k, block, want.id, want.toolset, want.text)
+		}
+	}
+	if got := d.Screen(res.Episode.VM).Typed(); got != "" {
+		t.Errorf("typed %q after the failed click; the rest of the turn must not run", got)
 	}
 }
 
@@ -220,26 +374,19 @@ func TestClaudeKeepsTheLatestScreenshots(t *testing.T) {
 	for i := range 5 {
 		turns = append(turns, fmt.Sprintf(`{"id":"m%d","type":"message","role":"assistant","model":"m","stop_reason":"tool_use",
 		  "usage":{"input_tokens":1,"output_tokens":1},
-		  "content":[{"type":"tool_use","id":"toolu_%d","name":"computer","input":{"action":"screenshot"}}]}`, i, i))
+		  "content":[{"type":"tool_use","id":"toolu_%d","name":"screenshot","toolset_name":"computer","input":{}}]}`, i, i))
 	}
 	turns = append(turns, `{"id":"m9","type":"message","role":"assistant","model":"m","stop_reason":"end_turn",
 	  "usage":{"input_tokens":1,"output_tokens":1},"content":[{"type":"text","text":"seen"}]}`)
-	file := t.TempDir() + "/turns.json"
-	os.WriteFile(file, []byte("["+strings.Join(turns, ",")+"]"), 0o644)
-	api, srv := newFakeAPI(t, "/v1/messages", file)
-	llm := anthropic.NewClient(aoption.WithAPIKey("k"), aoption.WithBaseURL(srv.URL), aoption.WithMaxRetries(0))
-	if res, err := agentloop.Claude(context.Background(), c, llm, "m", "look", agentloop.Options{}); err != nil || res.Stop != agentloop.StopDone {
+	api, srv := newFakeAPI(t, "/v1/messages", writeTurns(t, "["+strings.Join(turns, ",")+"]"))
+	if res, err := agentloop.Claude(context.Background(), c, claudeClient(srv), "m", "look", agentloop.Options{}); err != nil || res.Stop != agentloop.StopDone {
 		t.Fatalf("run: %+v %v", res, err)
 	}
 	// The last request holds 5 tool results; only the latest 3 have images.
 	var images []bool
-	for _, m := range get(api.request(5), "messages").([]any) {
+	for _, m := range asList(get(api.request(5), "messages")) {
 		if block := get(m, "content", 0); get(block, "type") == "tool_result" {
-			has := false
-			for _, c := range get(block, "content").([]any) {
-				has = has || get(c, "type") == "image"
-			}
-			images = append(images, has)
+			images = append(images, hasImage(block))
 		}
 	}
 	if !slices.Equal(images, []bool{false, false, true, true, true}) {
@@ -251,8 +398,7 @@ func TestClaudeMaxSteps(t *testing.T) {
 	d := farmtest.ServeDesktop(t, web.Options{})
 	c, _ := client.New(d.Server.URL)
 	_, srv := newFakeAPI(t, "/v1/messages", "testdata/claude_turns.json")
-	llm := anthropic.NewClient(aoption.WithAPIKey("k"), aoption.WithBaseURL(srv.URL), aoption.WithMaxRetries(0))
-	res, err := agentloop.Claude(context.Background(), c, llm, "m", "task", agentloop.Options{MaxSteps: 2})
+	res, err := agentloop.Claude(context.Background(), c, claudeClient(srv), "m", "task", agentloop.Options{MaxSteps: 2})
 	if err != nil || res.Stop != agentloop.StopMaxSteps || res.Steps != 2 {
 		t.Fatalf("run: %+v %v; want max_steps after 2", res, err)
 	}
@@ -261,88 +407,41 @@ func TestClaudeMaxSteps(t *testing.T) {
 	}
 }
 
-// openAIFarm serves the farm behind a stand-in for the actions route's
-// OpenAI support (another change of issue 11 adds it to the route): it
-// turns {"tool":"computer_use_preview","input":<computer_call>} into the
-// Claude input of the same action, decoding the item with openai-go.
-func openAIFarm(t *testing.T, d *farmtest.Desktop) string {
-	t.Helper()
-	u, _ := url.Parse(d.Server.URL)
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/actions") {
-			var body map[string]json.RawMessage
-			b, _ := io.ReadAll(r.Body)
-			json.Unmarshal(b, &body)
-			if string(body["tool"]) == `"computer_use_preview"` {
-				var call responses.ResponseComputerToolCall
-				if err := json.Unmarshal(body["input"], &call); err != nil || call.Type != "computer_call" {
-					http.Error(w, "stand-in: not a computer_call", http.StatusBadRequest)
-					return
-				}
-				var in any
-				switch a := call.Action.AsAny().(type) {
-				case responses.ResponseComputerToolCallActionScreenshot:
-					in = map[string]any{"action": "screenshot"}
-				case responses.ResponseComputerToolCallActionClick:
-					in = map[string]any{"action": "left_click", "coordinate": []int64{a.X, a.Y}}
-				case responses.ResponseComputerToolCallActionType:
-					in = map[string]any{"action": "type", "text": a.Text}
-				default:
-					http.Error(w, "stand-in: action not translated", http.StatusBadRequest)
-					return
-				}
-				body["tool"], _ = json.Marshal("computer_20251124")
-				body["input"], _ = json.Marshal(in)
-				b, _ = json.Marshal(body)
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
-			r.ContentLength = int64(len(b))
-		}
-		r.Host = u.Host // the farm answers to its own name only
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
+// TestUnknownTool: a tool of the other provider is refused before an
+// episode is leased.
+func TestUnknownTool(t *testing.T) {
+	d := farmtest.ServeDesktop(t, web.Options{})
+	c, _ := client.New(d.Server.URL)
+	_, srv := newFakeAPI(t, "/v1/messages", "testdata/claude_turns.json")
+	_, err := agentloop.Claude(context.Background(), c, claudeClient(srv), "m", "t", agentloop.Options{Tool: agentloop.ToolOpenAI})
+	if !errors.Is(err, agentloop.ErrUnknownTool) {
+		t.Errorf("claude with %s: %v, want ErrUnknownTool", agentloop.ToolOpenAI, err)
+	}
+	_, osrv := newFakeAPI(t, "/responses", "testdata/openai_turns.json")
+	_, err = agentloop.OpenAI(context.Background(), c, openAIClient(osrv), "m", "t", agentloop.Options{Tool: agentloop.ToolClaudeToolset})
+	if !errors.Is(err, agentloop.ErrUnknownTool) {
+		t.Errorf("openai with %s: %v, want ErrUnknownTool", agentloop.ToolClaudeToolset, err)
+	}
+	if eps, _ := c.ListEpisodes(context.Background()); len(eps) != 0 {
+		t.Errorf("episodes: %+v", eps)
+	}
 }
 
-func TestOpenAIRecordedTask(t *testing.T) {
-	d := farmtest.ServeDesktop(t, web.Options{})
-	c, err := client.New(openAIFarm(t, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, srv := newFakeAPI(t, "/responses", "testdata/openai_turns.json")
-	llm := openai.NewClient(ooption.WithAPIKey("test-key"), ooption.WithBaseURL(srv.URL), ooption.WithMaxRetries(0))
-	var log bytes.Buffer
-	res, err := agentloop.OpenAI(context.Background(), c, llm, agentloop.DefaultOpenAIModel, "type hello", agentloop.Options{Log: &log})
-	t.Logf("step log:\n%s", log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkTask(t, d, c, res)
-	if res.Final != "I typed hello. Done." {
-		t.Errorf("final text %q", res.Final)
-	}
+func openAIClient(srv *httptest.Server) openai.Client {
+	return openai.NewClient(ooption.WithAPIKey("test-key"), ooption.WithBaseURL(srv.URL), ooption.WithMaxRetries(0))
+}
 
-	first := api.request(0)
-	tool := get(first, "tools", 0)
-	if get(tool, "type") != "computer_use_preview" || get(tool, "display_width") != 1280.0 ||
-		get(tool, "display_height") != 800.0 || get(tool, "environment") != "linux" {
-		t.Errorf("tool declared as %v", tool)
-	}
-	if get(first, "truncation") != "auto" || get(first, "input") != "type hello" {
-		t.Errorf("first request %v", first)
-	}
-	// Each later request continues the previous response with the
-	// computer_call_output of its call, a screenshot as a data URL.
+// checkOutputs checks that requests 1-3 continue the previous response with
+// the route's computer_call_output of its call: a screenshot as a data URL.
+func checkOutputs(t *testing.T, api *fakeAPI) {
+	t.Helper()
 	for i, id := range []string{"call_fake_1", "call_fake_2", "call_fake_3"} {
 		req := api.request(i + 1)
 		item := get(req, "input", 0)
 		if get(req, "previous_response_id") != fmt.Sprintf("resp_fake_%d", i+1) ||
-			get(item, "type") != "computer_call_output" || get(item, "call_id") != id {
+			get(item, "type") != "computer_call_output" || get(item, "call_id") != id || len(asList(get(req, "input"))) != 1 {
 			t.Errorf("request %d: previous_response_id %v, input %v; want the output of %s", i+2,
-				get(req, "previous_response_id"), item, id)
+				get(req, "previous_response_id"), get(req, "input"), id)
 			continue
 		}
 		url, _ := get(item, "output", "image_url").(string)
@@ -355,24 +454,92 @@ func TestOpenAIRecordedTask(t *testing.T) {
 	}
 }
 
+// TestOpenAIRecordedTask: by default the loop gives the model OpenAI's GA
+// computer tool, sends each computer_call with its batch of actions to the
+// actions route, and sends the route's computer_call_output back.
+func TestOpenAIRecordedTask(t *testing.T) {
+	d := farmtest.ServeDesktop(t, web.Options{})
+	c, err := client.New(d.Server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, srv := newFakeAPI(t, "/responses", "testdata/openai_turns.json")
+	var log bytes.Buffer
+	res, err := agentloop.OpenAI(context.Background(), c, openAIClient(srv), agentloop.DefaultOpenAIModel, "type hello", agentloop.Options{Log: &log})
+	t.Logf("step log:\n%s", log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTask(t, d, c, res)
+	if res.Final != "I typed hello. Done." {
+		t.Errorf("final text %q", res.Final)
+	}
+	if x, y := d.Screen(res.Episode.VM).CursorPos(); x != 300 || y != 400 {
+		t.Errorf("pointer at %d,%d after the last batch, want 300,400", x, y)
+	}
+	first := api.request(0)
+	if tools := asList(get(first, "tools")); len(tools) != 1 || !reflect.DeepEqual(tools[0], map[string]any{"type": "computer"}) {
+		t.Errorf("tools %v; want [{\"type\":\"computer\"}]", tools)
+	}
+	if get(first, "model") != "gpt-5.4" || get(first, "input") != "type hello" {
+		t.Errorf("first request %v", first)
+	}
+	checkOutputs(t, api)
+}
+
+// TestOpenAIComputerUsePreview: --tool computer_use_preview keeps the
+// preview tool, told the screenshot size, one action a call.
+func TestOpenAIComputerUsePreview(t *testing.T) {
+	d := farmtest.ServeDesktop(t, web.Options{})
+	c, _ := client.New(d.Server.URL)
+	api, srv := newFakeAPI(t, "/responses", "testdata/openai_preview_turns.json")
+	opts := agentloop.Options{Tool: agentloop.ToolOpenAIPreview}
+	res, err := agentloop.OpenAI(context.Background(), c, openAIClient(srv), agentloop.DefaultModel(opts.Tool), "type hello", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTask(t, d, c, res)
+	first := api.request(0)
+	tool := get(first, "tools", 0)
+	if get(tool, "type") != "computer_use_preview" || get(tool, "display_width") != 1280.0 ||
+		get(tool, "display_height") != 800.0 || get(tool, "environment") != "linux" {
+		t.Errorf("tool declared as %v", tool)
+	}
+	if get(first, "truncation") != "auto" || get(first, "model") != "computer-use-preview" {
+		t.Errorf("first request %v", first)
+	}
+	checkOutputs(t, api)
+}
+
+// safetyTurns is a computer_call with a pending safety check, then the end.
+const safetyTurns = `[{"id":"r1","object":"response","created_at":1,"model":"gpt-5.4","status":"completed","output":[
+	  {"type":"computer_call","id":"cu1","call_id":"c1","status":"completed","actions":[{"type":"screenshot"}],
+	   "pending_safety_checks":[{"id":"sc1","code":"malicious_instructions","message":"check the screen"}]}]},
+	 {"id":"r2","object":"response","created_at":2,"model":"gpt-5.4","status":"completed","output":[
+	  {"type":"message","id":"m2","role":"assistant","status":"completed","content":[{"type":"output_text","text":"ok","annotations":[]}]}]}]`
+
 // TestOpenAISafetyCheckStops: a pending safety check stops the run unless
-// the options acknowledge it.
+// the options acknowledge it; then the route's output acknowledges it.
 func TestOpenAISafetyCheckStops(t *testing.T) {
 	d := farmtest.ServeDesktop(t, web.Options{})
-	c, _ := client.New(openAIFarm(t, d))
-	turns := `[{"id":"r1","object":"response","created_at":1,"model":"computer-use-preview","status":"completed","output":[
-	  {"type":"computer_call","id":"cu1","call_id":"c1","status":"completed","action":{"type":"screenshot"},
-	   "pending_safety_checks":[{"id":"sc1","code":"malicious_instructions","message":"check the screen"}]}]}]`
-	file := t.TempDir() + "/turns.json"
-	os.WriteFile(file, []byte(turns), 0o644)
-	_, srv := newFakeAPI(t, "/responses", file)
-	llm := openai.NewClient(ooption.WithAPIKey("k"), ooption.WithBaseURL(srv.URL), ooption.WithMaxRetries(0))
+	c, _ := client.New(d.Server.URL)
+	_, srv := newFakeAPI(t, "/responses", writeTurns(t, safetyTurns))
 	var log bytes.Buffer
-	res, err := agentloop.OpenAI(context.Background(), c, llm, "m", "t", agentloop.Options{Log: &log})
+	res, err := agentloop.OpenAI(context.Background(), c, openAIClient(srv), "m", "t", agentloop.Options{Log: &log})
 	if err != nil || res.Stop != agentloop.StopRefused {
 		t.Fatalf("run: %+v %v; want refused", res, err)
 	}
 	if !strings.Contains(log.String(), "malicious_instructions") {
 		t.Errorf("the log does not show the check:\n%s", log.String())
+	}
+
+	api, srv := newFakeAPI(t, "/responses", writeTurns(t, safetyTurns))
+	res, err = agentloop.OpenAI(context.Background(), c, openAIClient(srv), "m", "t", agentloop.Options{AcknowledgeSafetyChecks: true})
+	if err != nil || res.Stop != agentloop.StopDone {
+		t.Fatalf("run acknowledging: %+v %v; want done", res, err)
+	}
+	ack := get(api.request(1), "input", 0, "acknowledged_safety_checks", 0)
+	if get(ack, "id") != "sc1" || get(ack, "code") != "malicious_instructions" {
+		t.Errorf("acknowledged %v, want sc1", get(api.request(1), "input", 0))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/client"
@@ -11,59 +12,73 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 )
 
-// openAITool is OpenAI's computer tool type: the loop declares it, and its
-// computer_call items go to the actions route under this name, as the
-// model emitted them ({"tool":"computer_use_preview","input":<item>}).
-const openAITool = "computer_use_preview"
+// DefaultOpenAIModel is the model `deskfarm agent run --provider openai`
+// gives OpenAI's computer tool unless told otherwise: the model the tool
+// came out with (openai-go's CHANGELOG: "gpt-5.4, tool search tool, and new
+// computer tool").
+const DefaultOpenAIModel = openai.ChatModelGPT5_4
 
-// DefaultOpenAIModel is the model of OpenAI's computer_use_preview tool.
-const DefaultOpenAIModel = responses.ResponsesModel("computer-use-preview")
+// openAIPreviewModel is the model of the computer_use_preview tool.
+const openAIPreviewModel = responses.ResponsesModelComputerUsePreview
 
 // OpenAI runs task on a fresh episode with model (e.g.
-// DefaultOpenAIModel) through the Responses API's computer_use_preview
-// tool. It stops when a response holds no computer_call, after
-// opts.MaxSteps responses, or at a pending safety check the options do
-// not acknowledge; then it ends the episode.
+// DefaultModel(opts.Tool)) through the Responses API and the OpenAI
+// computer tool opts.Tool names: by default computer, whose computer_call
+// holds a batch of actions; computer_use_preview, one action a call. Each
+// computer_call goes to the actions route as the model emitted it, and the
+// route's computer_call_output goes back. It stops when a response holds no
+// computer_call, after opts.MaxSteps responses, or at a pending safety check
+// the options do not acknowledge; then it ends the episode.
 //
 // OpenAI's computer_call_output has no error form, so a call the farm
 // refuses ends the run with that error.
 func OpenAI(ctx context.Context, c *client.Client, llm openai.Client, model, task string, opts Options) (Result, error) {
 	var res Result
+	tool, err := pickTool(opts, OpenAITools)
+	if err != nil {
+		return res, err
+	}
 	r, err := start(ctx, c, opts)
 	if r == nil {
 		return res, err
 	}
 	if err == nil {
-		err = r.openai(ctx, llm, model, task, &res)
+		r.logf("openai %s with %s", model, tool)
+		err = r.openai(ctx, llm, tool, model, task, &res)
 	}
 	return res, r.finish(ctx, &res, err)
 }
 
-func (r *run) openai(ctx context.Context, llm openai.Client, model, task string, res *Result) error {
-	params := responses.ResponseNewParams{
-		Model: model,
-		Tools: []responses.ToolUnionParam{{OfComputerUsePreview: &responses.ComputerUsePreviewToolParam{
+// openAIToolParam declares tool. The GA computer tool has no display size
+// (the model measures the screen from its screenshots); the preview tool
+// is told the run's screenshot size.
+func (r *run) openAIToolParam(tool string) responses.ToolUnionParam {
+	if tool == ToolOpenAIPreview {
+		return responses.ToolUnionParam{OfComputerUsePreview: &responses.ComputerUsePreviewToolParam{
 			DisplayWidth: int64(r.width), DisplayHeight: int64(r.height),
 			Environment: responses.ComputerUsePreviewToolEnvironmentLinux,
-		}}},
-		// OpenAI's guide: computer use requires truncation "auto".
+		}}
+	}
+	return responses.ToolUnionParam{OfComputer: &responses.ComputerToolParam{}}
+}
+
+func (r *run) openai(ctx context.Context, llm openai.Client, tool, model, task string, res *Result) error {
+	params := responses.ResponseNewParams{
+		Model: model,
+		Tools: []responses.ToolUnionParam{r.openAIToolParam(tool)},
+		// A long run outgrows the context window; "auto" drops the oldest
+		// items instead of failing (OpenAI's guide requires it of
+		// computer_use_preview).
 		Truncation: responses.ResponseNewParamsTruncationAuto,
 		Input:      responses.ResponseNewParamsInputUnion{OfString: openai.String(task)},
 	}
-	for step := 1; ; step++ {
-		if step > r.opts.MaxSteps {
-			res.Stop = StopMaxSteps
-			r.logf("stopped: %d steps", r.opts.MaxSteps)
-			return nil
-		}
-		res.Steps = step
+	for step := 1; !r.maxed(step, res); step++ {
 		resp, err := llm.Responses.New(ctx, params)
 		if err != nil {
 			return fmt.Errorf("step %d: responses: %w", step, err)
 		}
 		if text := resp.OutputText(); text != "" {
-			res.Final = text
-			r.stepf(step, "openai: %s", clip(text, 200))
+			r.said(step, res, "openai", text)
 		}
 		var outputs responses.ResponseInputParam
 		for _, item := range resp.Output {
@@ -79,7 +94,7 @@ func (r *run) openai(ctx context.Context, llm openai.Client, model, task string,
 				r.logf("stopped: the model asks to acknowledge safety checks (--ack-safety-checks)")
 				return nil
 			}
-			out, err := r.openAICall(ctx, step, call, json.RawMessage(item.RawJSON()))
+			out, err := r.openAICall(ctx, step, tool, call, json.RawMessage(item.RawJSON()))
 			if err != nil {
 				return fmt.Errorf("step %d: %w", step, err)
 			}
@@ -93,39 +108,44 @@ func (r *run) openai(ctx context.Context, llm openai.Client, model, task string,
 		params.PreviousResponseID = openai.String(resp.ID)
 		params.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: outputs}
 	}
+	return nil
 }
 
-// openAICall plays one computer_call on the episode and returns the
-// computer_call_output to send back.
-func (r *run) openAICall(ctx context.Context, step int, call responses.ResponseComputerToolCall, item json.RawMessage) (responses.ResponseInputItemUnionParam, error) {
-	r.stepf(step, "computer_call %s %s", call.Action.Type, clip(call.Action.RawJSON(), 160))
-	out, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: openAITool, Input: item, ScreenshotSize: screenshotSize})
+// openAICall plays one computer_call on the episode, its action or its
+// batch of actions in order, and returns the route's computer_call_output
+// to send back: the screenshot after the actions, and the acknowledged
+// safety checks when the options acknowledge them.
+func (r *run) openAICall(ctx context.Context, step int, tool string, call responses.ResponseComputerToolCall, item json.RawMessage) (responses.ResponseInputItemUnionParam, error) {
+	var kinds []string
+	if call.JSON.Actions.Valid() {
+		for _, a := range call.Actions {
+			kinds = append(kinds, a.Type)
+		}
+	} else {
+		kinds = append(kinds, call.Action.Type)
+	}
+	r.stepf(step, "computer_call %s %s", strings.Join(kinds, ","), clip(actionsJSON(call), 160))
+	out, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: tool, Input: item, ScreenshotSize: screenshotSize,
+		ReplyOptions: api.ReplyOptions{AcknowledgeSafetyChecks: r.opts.AcknowledgeSafetyChecks}})
 	if err != nil {
 		return responses.ResponseInputItemUnionParam{}, fmt.Errorf("computer_call %s: %w", call.CallID, err)
 	}
-	img := out.Image
-	if img == nil {
-		// An answer without an image (an answer shaped as the
-		// computer_call_output item, which api.ActionsResponse does not
-		// hold): the screen as it is now is what the model must see.
-		shot, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: claudeTool, Input: json.RawMessage(`{"action":"screenshot"}`),
-			ScreenshotSize: screenshotSize})
-		if err != nil {
-			return responses.ResponseInputItemUnionParam{}, fmt.Errorf("screenshot after computer_call %s: %w", call.CallID, err)
-		}
-		out.Image = shot.Image
-		if img = shot.Image; img == nil {
-			return responses.ResponseInputItemUnionParam{}, fmt.Errorf("screenshot after computer_call %s: no image", call.CallID)
-		}
-	}
 	r.stepf(step, "  → %s", describe(out))
-	p := responses.ResponseInputItemParamOfComputerCallOutput(call.CallID, responses.ResponseComputerToolCallOutputScreenshotParam{
-		ImageURL: openai.String("data:" + img.MediaType + ";base64," + img.Data)})
-	for _, sc := range call.PendingSafetyChecks {
-		// Only reached with Options.AcknowledgeSafetyChecks.
-		p.OfComputerCallOutput.AcknowledgedSafetyChecks = append(p.OfComputerCallOutput.AcknowledgedSafetyChecks,
-			responses.ResponseInputItemComputerCallOutputAcknowledgedSafetyCheckParam{ID: sc.ID,
-				Code: openai.String(sc.Code), Message: openai.String(sc.Message)})
+	if out.ComputerCallOutput == nil {
+		return responses.ResponseInputItemUnionParam{}, fmt.Errorf("computer_call %s: the farm's answer holds no computer_call_output", call.CallID)
 	}
-	return p, nil
+	var p responses.ResponseInputItemComputerCallOutputParam
+	if err := convert(out.ComputerCallOutput, &p); err != nil {
+		return responses.ResponseInputItemUnionParam{}, fmt.Errorf("computer_call_output of %s: %w", call.CallID, err)
+	}
+	return responses.ResponseInputItemUnionParam{OfComputerCallOutput: &p}, nil
+}
+
+// actionsJSON is the call's action or actions as the model emitted them,
+// for the step log.
+func actionsJSON(call responses.ResponseComputerToolCall) string {
+	if call.JSON.Actions.Valid() {
+		return call.JSON.Actions.Raw()
+	}
+	return call.Action.RawJSON()
 }

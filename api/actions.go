@@ -106,6 +106,12 @@ type RunOptions struct {
 	JPEGQuality int `json:"jpeg_quality,omitempty"`
 }
 
+// Point is a position in screenshot coordinates.
+type Point struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
 // ActionsResponse is the answer to an actions request: the Claude
 // tool_result content plus the neutral fields, and the answer in the
 // agent's own shape for the other vocabularies.
@@ -131,6 +137,9 @@ type ActionsResponse struct {
 	// Text holds the output of cursor_position actions ("X=12,Y=34"), one
 	// line each.
 	Text string `json:"text,omitempty"`
+	// Cursor is where the last cursor_position action found the pointer,
+	// in screenshot coordinates: the same as Text, for code to read.
+	Cursor *Point `json:"cursor,omitempty"`
 	// Image is the last image captured: a zoom, an explicit screenshot, or
 	// the screenshot taken after the actions.
 	Image *Image `json:"image,omitempty"`
@@ -154,10 +163,14 @@ type ActionsResponse struct {
 
 // ToolResult is a Claude tool_result content block.
 type ToolResult struct {
-	Type      string         `json:"type"` // "tool_result"
-	ToolUseID string         `json:"tool_use_id"`
-	Content   []ContentBlock `json:"content,omitempty"`
-	IsError   bool           `json:"is_error,omitempty"`
+	Type      string `json:"type"` // "tool_result"
+	ToolUseID string `json:"tool_use_id"`
+	// ToolsetName is the toolset of the tool_use answered ("computer" for
+	// computer_toolset_20260801): the Messages API pairs a toolset member's
+	// tool_result by it, so a loop can send the result on unchanged.
+	ToolsetName string         `json:"toolset_name,omitempty"`
+	Content     []ContentBlock `json:"content,omitempty"`
+	IsError     bool           `json:"is_error,omitempty"`
 }
 
 // ComputerCallOutput is OpenAI's computer_call_output input item

@@ -75,10 +75,15 @@ type Pool struct {
 	ScreenshotSize string  `json:"screenshot_size"`
 	DefaultTTLS    float64 `json:"default_ttl_s"`
 	MaxTTLS        float64 `json:"max_ttl_s"`
-	Warm           int     `json:"warm"`
-	Leased         int     `json:"leased"`
-	Booting        int     `json:"booting"`
-	Ending         int     `json:"ending"` // being reset or destroyed
+	// Network is the pool's VMs' network ("none" or "user"; omitted for
+	// the default, none) and Forwards the guest TCP ports each gets a host
+	// port for (each VM's record lists its host ports).
+	Network  string `json:"network,omitempty"`
+	Forwards []int  `json:"forwards,omitempty"`
+	Warm     int    `json:"warm"`
+	Leased   int    `json:"leased"`
+	Booting  int    `json:"booting"`
+	Ending   int    `json:"ending"` // being reset or destroyed
 	// VMs are the pool's VMs and their states (warm, leased, resetting).
 	// VMs still booting have no id yet; VMs being destroyed are only
 	// counted in Ending.

@@ -26,7 +26,7 @@ var params = map[string]string{
 	"read_bytes":    "path offset=0 length=None",
 	"write_bytes":   "path content_b64 append=False",
 	"get_file_size": "path", "delete_file": "path", "create_dir": "path", "delete_dir": "path",
-	"copy_to_clipboard": "", "set_clipboard": "text",
+	"copy_to_clipboard": "", "set_clipboard": "text", "get_accessibility_tree": "",
 	"launch": "app args=None",
 }
 

@@ -1,9 +1,13 @@
 // Package cua owns Cua's computer-server protocol: the wire that Cua's
 // Computer (trycua/cua, libs/python/computer) speaks to the computer-server
 // that normally runs inside the machine it drives. A Handler serves that
-// protocol for one deskfarm VM, from the host: input and screenshots go
-// through the VM's desk (VNC), and the shell, file and clipboard commands
-// run in the guest as the desktop user through the guest agent.
+// protocol for one deskfarm VM, from the host. Cua's input commands are a
+// vocabulary like Claude's or OSWorld's: each becomes neutral actions
+// (package actions) that the VM's desk plays, refuses while a person holds
+// control and records in the activity log, as for any agent; text the VNC
+// keyboard cannot carry, horizontal wheel clicks and the clipboard take the
+// desk's guest input path. The shell, file and window commands run in the
+// guest as the desktop user through the guest agent.
 //
 // The protocol was read from trycua/cua @ b296ec9 (cua-computer-server
 // 0.3.42, cua-computer 0.5.19): computer_server/main.py for the routes and
@@ -41,27 +45,34 @@
 //     mouse_up, drag_to, drag, scroll, scroll_up, scroll_down,
 //     scroll_direction. Coordinates are screen pixels; x and y of scroll
 //     are wheel clicks (y > 0 up, x > 0 right), each capped at
-//     actions.MaxScrollAmount. Horizontal wheel clicks go through xdotool in
-//     the guest, because QEMU 7.2's VNC drops buttons 6 and 7;
+//     actions.MaxScrollAmount (horizontal ones are scroll actions left and
+//     right, which the desk clicks in the guest: QEMU 7.2's VNC drops
+//     buttons 6 and 7);
 //   - keyboard: type_text, press_key, key_down, key_up, hotkey. Key names
 //     are Cua's (enter, esc, pagedown, win, ...) and pynput's (page_down,
 //     cmd_l, alt_gr, media_play_pause, ...) on top of actions.ParseKey's.
-//     ASCII text is typed over VNC; other text through xdotool in the guest;
+//     type_text is type actions of at most actions.MaxTextRunes characters:
+//     ASCII as VNC keys, any other text pasted by the desk, byte for byte;
 //   - run_command (sh -c as the desktop user in its session, cwd its home;
 //     timeout in seconds, default 300 like the client's HTTP timeout);
 //   - files, as the desktop user (so new files are its own): file_exists,
 //     directory_exists, list_dir, read_text, write_text, read_bytes,
 //     write_bytes, get_file_size, delete_file, create_dir, delete_dir.
 //     Relative paths and ~ resolve against the user's home;
-//   - copy_to_clipboard, set_clipboard through xclip or xsel in the guest.
-//     The desktop image has neither, so there they answer success false
-//     naming the missing tool; the osworld image has both;
+//   - copy_to_clipboard, set_clipboard: clipboard_get and clipboard_set
+//     actions;
 //   - launch (a shell string or app + args, started detached; answers pid);
 //   - windows, with xdotool in the session (X window ids):
 //     get_current_window_id, get_application_windows (name contains, any
 //     case), get_window_name, get_window_size, get_window_position,
 //     set_window_size, set_window_position, minimize_window,
-//     activate_window.
+//     activate_window. Those that change the desktop are refused while a
+//     person holds control, as actions are.
+//
+// A failed command answers {"success": false, "error"}; when deskfarm's API
+// has a code for the failure that a client can act on (human_control,
+// display_closed), the answer carries it as "code", the code the actions
+// route gives the same failure.
 //
 // Not served, answered fast with {"success": false, "code": "unsupported",
 // "error"}: get_accessibility_tree, find_element (Cua's own Linux server

@@ -93,21 +93,45 @@ func (c cuaClient) activeWindow() string {
 	return strings.TrimSpace(out)
 }
 
+// startCua creates a VM of image on a real farm served by deskfarm's API, and
+// returns a Cua client of its endpoint, the VM, its desk pool and the API's
+// base URL.
+func startCua(t *testing.T, image string, memMiB int) (cuaClient, vmm.VM, *desk.Pool, string) {
+	m := testenv.Manager(t, image)
+	pool := desk.NewPool(m, nil)
+	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
+	t.Cleanup(func() { srv.Close(); pool.Close() })
+	vm, err := m.Create(context.Background(), vmm.CreateOptions{Image: image, MemoryMiB: memMiB, VCPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cuaClient{t: t, base: srv.URL + "/v1/vms/" + vm.ID + "/cua"}, vm, pool, srv.URL
+}
+
+// openTerminal opens a terminal by hotkey, as a person would, and returns
+// its window id once it has the focus.
+func (c cuaClient) openTerminal() string {
+	c.t.Helper()
+	c.ok("hotkey", map[string]any{"keys": []string{"ctrl", "alt", "t"}})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		out, _, _ := c.shell(`a=$(xdotool getactivewindow) && xdotool search --onlyvisible --class lxterminal | grep -qx "$a" && echo "$a"`)
+		if term := strings.TrimSpace(out); term != "" {
+			return term
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal("no focused terminal after ctrl+alt+t")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // On the desktop image, Cua's commands drive the VM through deskfarm's API:
 // a terminal opened with a hotkey, a click that moves the focus, a command
 // typed into the terminal, run_command as the desktop user, files written and
 // read back, and the websocket.
 func TestE2ECuaDesktop(t *testing.T) {
-	m := testenv.Manager(t, "desktop")
-	pool := desk.NewPool(m, nil)
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: pool}))
-	t.Cleanup(func() { srv.Close(); pool.Close() })
-	ctx := context.Background()
-	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cuaClient{t: t, base: srv.URL + "/v1/vms/" + vm.ID + "/cua"}
+	c, vm, _, _ := startCua(t, "desktop", 1024)
 
 	// Computer.wait_for_ready: version, then get_screen_size.
 	c.ok("version", nil)
@@ -132,20 +156,7 @@ func TestE2ECuaDesktop(t *testing.T) {
 		t.Fatalf("run_command: %q %q %d, want %q", stdout, stderr, code, want)
 	}
 
-	// A terminal, by hotkey; wait for it to have the focus.
-	c.ok("hotkey", map[string]any{"keys": []string{"ctrl", "alt", "t"}})
-	var term string
-	deadline := time.Now().Add(90 * time.Second)
-	for term == "" {
-		out, _, _ := c.shell(`a=$(xdotool getactivewindow) && xdotool search --onlyvisible --class lxterminal | grep -qx "$a" && echo "$a"`)
-		term = strings.TrimSpace(out)
-		if term == "" {
-			if time.Now().After(deadline) {
-				t.Fatal("no focused terminal after ctrl+alt+t")
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
+	term := c.openTerminal()
 	geo, _, _ := c.shell("xdotool getwindowgeometry --shell " + term)
 	var x, y, ww, wh int
 	for _, kv := range strings.Fields(geo) {
@@ -190,7 +201,7 @@ func TestE2ECuaDesktop(t *testing.T) {
 	}
 	cx, cy := x+ww/2, y+wh/2
 	c.ok("left_click", map[string]any{"x": cx, "y": cy})
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for c.activeWindow() != term {
 		if time.Now().After(deadline) {
 			t.Fatalf("a click at %d,%d in the terminal did not focus it", cx, cy)
@@ -282,5 +293,155 @@ func TestE2ECuaDesktop(t *testing.T) {
 	if answers[0]["image_data"] == nil || answers[1]["position"] == nil || answers[2]["content"] != "cua\n" {
 		t.Fatalf("websocket answers out of order or wrong: screenshot %v, cursor %v, read_text %v",
 			answers[0]["format"], answers[1], answers[2])
+	}
+}
+
+// The issue's text, which Cua's type_text garbled ("Grße, caf ï nave ✓ 日"
+// when it went through xdotool type in the guest).
+const unicodeText = "Grüße, café — naïve ✓ 日本語"
+
+// On the desktop image, Cua's type_text of non-ASCII text arrives in a
+// terminal byte for byte, is recorded in the activity log like any agent's
+// input, and the clipboard round-trips Unicode. While a person holds
+// control, a Cua command is refused with the code the actions route gives.
+// The calls are Cua's client's (computer/interface/generic.py @ b296ec9):
+// type_text(text) sends {"command": "type_text", "params": {"text": text}},
+// press(key) "press_key", hotkey(*keys) "hotkey" with "keys",
+// set_clipboard(text) and copy_to_clipboard().
+func TestE2ECuaUnicodeAndControl(t *testing.T) {
+	c, vm, pool, api := startCua(t, "desktop", 1024)
+	c.openTerminal()
+
+	// cat copies what the terminal gets, byte for byte, into a file.
+	c.ok("type_text", map[string]any{"text": "cat > /tmp/typed.txt\n"})
+	c.ok("type_text", map[string]any{"text": unicodeText})
+	c.ok("press_key", map[string]any{"key": "enter"})
+	c.ok("hotkey", map[string]any{"keys": []string{"ctrl", "d"}})
+	want := unicodeText + "\n"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, ok := c.readText("/tmp/typed.txt")
+		if ok && got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal got %q (%v), want %q", got, ok, want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	d, err := pool.Get(context.Background(), vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := d.Activity(0)
+	var logged bool
+	for _, ev := range evs {
+		logged = logged || (ev.Source == desk.SourceAgent && ev.Kind == "type" && ev.Text == unicodeText)
+	}
+	if !logged {
+		t.Fatalf("no agent type event with the text in the activity log: %+v", evs)
+	}
+
+	c.ok("set_clipboard", map[string]any{"text": unicodeText})
+	if got := c.ok("copy_to_clipboard", nil)["content"]; got != unicodeText {
+		t.Fatalf("copy_to_clipboard: %q, want %q", got, unicodeText)
+	}
+
+	// The desktop image has no AT-SPI: the tree is unsupported, as before.
+	if out := c.cmd("get_accessibility_tree", nil); out["success"] != false || out["code"] != "unsupported" {
+		t.Fatalf("get_accessibility_tree on the desktop image: %v", out)
+	}
+
+	// A person takes control: Cua's input is refused as the actions
+	// route's is, with the same code.
+	if _, err := d.TakeControl(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(api+"/v1/vms/"+vm.ID+"/actions", "application/json",
+		strings.NewReader(`{"tool":"neutral","input":[{"kind":"type","text":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	json.NewDecoder(resp.Body).Decode(&apiErr)
+	resp.Body.Close()
+	if apiErr.Error.Code == "" {
+		t.Fatalf("actions route under human control: HTTP %d without an error code", resp.StatusCode)
+	}
+	for _, cmd := range []struct {
+		name   string
+		params map[string]any
+	}{
+		{"type_text", map[string]any{"text": unicodeText}},
+		{"left_click", map[string]any{"x": 10, "y": 10}},
+		{"scroll", map[string]any{"x": 2, "y": 0}},
+		{"set_clipboard", map[string]any{"text": "x"}},
+	} {
+		out := c.cmd(cmd.name, cmd.params)
+		if out["success"] != false || out["code"] != apiErr.Error.Code {
+			t.Errorf("%s under human control: %v, want success false and code %q as on the actions route",
+				cmd.name, out, apiErr.Error.Code)
+		}
+	}
+}
+
+// On the osworld image, which has AT-SPI, Cua's get_accessibility_tree
+// answers the desktop's tree (the walk OSWorld's /accessibility makes), in
+// Cua's node shape, with the terminal Cua launched in it. Cua's client's
+// get_accessibility_tree() sends the bare command and returns the answer,
+// raising unless success (computer/interface/generic.py @ b296ec9).
+func TestE2ECuaAccessibilityTree(t *testing.T) {
+	c, _, _, _ := startCua(t, "osworld", 2048)
+	c.ok("launch", map[string]any{"app": "gnome-terminal"})
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out, _, _ := c.shell(`python3 -c "import pyatspi; print([a.name for a in pyatspi.Registry.getDesktop(0)])"`)
+		if strings.Contains(out, "gnome-terminal-server") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gnome-terminal never joined the AT-SPI desktop: %q", out)
+		}
+		time.Sleep(2 * time.Second)
+	}
+
+	start := time.Now()
+	out := c.cmd("get_accessibility_tree", nil)
+	t.Logf("get_accessibility_tree answered in %s", time.Since(start).Round(time.Millisecond))
+	if out["success"] != true {
+		t.Fatalf("get_accessibility_tree: %v", out)
+	}
+	type node struct {
+		Role     string
+		Title    string
+		Position *struct{ X, Y int }
+		Size     *struct{ Width, Height int }
+		Children []node
+	}
+	b, _ := json.Marshal(out["tree"])
+	var root node
+	if err := json.Unmarshal(b, &root); err != nil {
+		t.Fatalf("tree: %v in %.300s", err, b)
+	}
+	var term *node
+	var placed int
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.Role == "application" && n.Title == "gnome-terminal-server" {
+			term = n
+		}
+		if n.Position != nil && n.Size != nil && n.Size.Width > 0 {
+			placed++
+		}
+		for i := range n.Children {
+			walk(&n.Children[i])
+		}
+	}
+	walk(&root)
+	if root.Role != "desktop frame" || term == nil || placed == 0 {
+		t.Fatalf("tree root %q, terminal %v, %d nodes on screen: %.500s", root.Role, term != nil, placed, b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -37,8 +39,8 @@ func (g FarmGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResul
 	return g.Farm.Exec(ctx, g.VM, req)
 }
 
-// guestCallTimeout bounds the short guest calls (file commands, clipboard,
-// xdotool): a qemu-ga exec round trip plus the switch to the user takes
+// guestCallTimeout bounds the short guest calls (file commands, window
+// commands): a qemu-ga exec round trip plus the switch to the user takes
 // well under a second, but a TCG guest under load can be slow.
 const guestCallTimeout = 60 * time.Second
 
@@ -111,26 +113,11 @@ exec find "$1" -mindepth 1 -maxdepth 1 \( -xtype f -o -xtype d \) -printf '%f\0'
 exec dd if="$1" bs=65536 iflag=skip_bytes,count_bytes skip="$3" ${2:+count="$2"} status=none`
 	writeScript  = `exec cat >"$1"`
 	appendScript = `exec cat >>"$1"`
-	// clipboard: pyperclip's order (xclip, then xsel). 127 means neither is
-	// installed.
-	clipGetScript = `if command -v xclip >/dev/null; then exec xclip -selection clipboard -o
-elif command -v xsel >/dev/null; then exec xsel --clipboard --output
-else exit 127; fi`
-	// The tools fork a process that serves the selection; its output goes
-	// to /dev/null so the guest agent, which waits for the output pipes to
-	// close, does not wait for it.
-	clipSetScript = `if command -v xclip >/dev/null; then exec xclip -selection clipboard -i >/dev/null 2>&1
-elif command -v xsel >/dev/null; then exec xsel --clipboard --input >/dev/null 2>&1
-else exit 127; fi`
 	// launch: detached, output discarded, the pid printed.
 	launchScript = `if [ $# -eq 1 ]; then setsid sh -c "$1" </dev/null >/dev/null 2>&1 &
 else setsid "$@" </dev/null >/dev/null 2>&1 & fi
 echo $!`
 )
-
-// errNoClipboardTool: the desktop image has neither xclip nor xsel.
-var errNoClipboardTool = errors.New("the guest has neither xclip nor xsel, which the clipboard commands need " +
-	"(deskfarm's osworld image has both; the desktop image has neither)")
 
 func (s session) file(ctx context.Context, o fileOp) (any, error) {
 	switch o.kind {
@@ -214,32 +201,6 @@ func (s session) file(ctx context.Context, o fileOp) (any, error) {
 	return nil, fmt.Errorf("file command %s not implemented", o.kind)
 }
 
-func (s session) clipboardGet(ctx context.Context) (any, error) {
-	res, err := s.run(ctx, nil, guestCallTimeout, "sh", "-c", clipGetScript)
-	if err != nil {
-		return nil, err
-	}
-	if res.ExitCode == 127 {
-		return nil, errNoClipboardTool
-	}
-	// Like pyperclip, an empty selection (xclip exits 1) reads as "".
-	return contentReply{Content: string(res.Stdout)}, nil
-}
-
-func (s session) clipboardSet(ctx context.Context, text string) (any, error) {
-	res, err := s.run(ctx, []byte(text), guestCallTimeout, "sh", "-c", clipSetScript)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case res.ExitCode == 127:
-		return nil, errNoClipboardTool
-	case res.ExitCode != 0:
-		return nil, &ExitError{Argv: []string{"xclip"}, Code: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr))}
-	}
-	return struct{}{}, nil
-}
-
 func (s session) shell(ctx context.Context, o shellOp) (any, error) {
 	res, err := s.run(ctx, nil, o.timeout, "sh", "-c", o.command)
 	if errors.Is(err, vmm.ErrTimeout) && ctx.Err() == nil {
@@ -268,16 +229,25 @@ func (s session) launch(ctx context.Context, o launchOp) (any, error) {
 	return pidReply{PID: pid}, nil
 }
 
-// typeText types text with xdotool in the session (QEMU's VNC keyboard
-// carries only US ASCII).
-func (s session) typeText(ctx context.Context, text string) error {
-	_, err := s.check(ctx, nil, "xdotool", "type", "--delay", "12", "--", text)
-	return err
-}
-
-// hscroll clicks X button 6 or 7 where the pointer is (QEMU 7.2's VNC
-// drops them: ui/vnc.c pointer_event maps only buttons 1-5).
-func (s session) hscroll(ctx context.Context, button, count int) error {
-	_, err := s.check(ctx, nil, "xdotool", "click", "--repeat", strconv.Itoa(count), "--delay", "20", strconv.Itoa(button))
-	return err
+// tree walks the desktop's accessibility tree with the AT-SPI reader that
+// OSWorld's /accessibility runs too (package atspi), in Cua's shape. A
+// guest without python3 or pyatspi is atspi.ErrUnavailable.
+func (s session) tree(ctx context.Context) (json.RawMessage, error) {
+	res, err := s.run(ctx, atspi.Script, atspi.Timeout, atspi.Argv(atspi.ModeCua)...)
+	switch {
+	case errors.Is(err, guestx.ErrNotFound):
+		return nil, fmt.Errorf("get_accessibility_tree: %w", atspi.ErrUnavailable)
+	case errors.Is(err, vmm.ErrTimeout) && ctx.Err() == nil:
+		return nil, fmt.Errorf("get_accessibility_tree: the AT-SPI walk did not finish within %s: %w", atspi.Timeout, err)
+	case err != nil:
+		return nil, fmt.Errorf("get_accessibility_tree: %w", err)
+	}
+	out, err := atspi.Output(atspi.ModeCua, res.ExitCode, res.Stdout, res.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("get_accessibility_tree: %w", err)
+	}
+	if !json.Valid(out) {
+		return nil, fmt.Errorf("get_accessibility_tree: the AT-SPI reader printed no JSON (%d bytes)", len(out))
+	}
+	return out, nil
 }

@@ -13,15 +13,20 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/gorilla/websocket"
 )
 
-// Runner plays actions on a VM's display: a *desk.Desk. It refuses while a
-// person holds control.
+// Runner plays actions on a VM's display: a *desk.Desk. Run refuses with a
+// *desk.HumanControlError while a person holds control; Human says whether
+// one does, for the window commands, which change the desktop through the
+// guest rather than by playing actions.
 type Runner interface {
-	Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error)
+	Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (desk.RunResult, error)
+	Human() (since time.Time, ok bool)
 }
 
 // Screen takes screenshots of a VM's display: a *desk.Desk.
@@ -224,10 +229,10 @@ func (h *Handler) wsAnswer(ctx context.Context, msg []byte) []byte {
 }
 
 // native is the screen's own pixels: Cua's coordinates.
-var native = actions.ScreenshotSize{Mode: actions.SizeNative}
+var native = player.ScreenshotSize{Mode: player.SizeNative}
 
 // quiet asks Run for no screenshot.
-var quiet = actions.RunOptions{Screenshot: actions.ScreenshotNever}
+var quiet = player.RunOptions{Screenshot: player.ScreenshotNever}
 
 // do carries out one op.
 func (h *Handler) do(ctx context.Context, o op) (any, error) {
@@ -247,47 +252,38 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		}
 		return screenSizeReply{Size: screenSize{Width: res.Screenshot.X, Height: res.Screenshot.Y}}, nil
 	case cursorOp:
-		res, err := h.run(ctx, []actions.Action{actions.CursorPosition{}})
+		res, err := h.t.Runner.Run(ctx, native, []actions.Action{actions.CursorPosition{}}, quiet)
 		if err != nil {
 			return nil, err
 		}
-		var out cursorReply
-		if _, err := fmt.Sscanf(res.Text, "X=%d,Y=%d", &out.Position.X, &out.Position.Y); err != nil {
-			return nil, fmt.Errorf("cursor position: cannot read %q: %w", res.Text, err)
+		if res.Cursor == nil {
+			return nil, errors.New("cursor position: the run reported none")
 		}
+		var out cursorReply
+		out.Position.X, out.Position.Y = res.Cursor.X, res.Cursor.Y
 		return out, nil
 	case inputOp:
 		if len(o.acts) == 0 {
 			return struct{}{}, nil
 		}
-		if _, err := h.run(ctx, o.acts); err != nil {
+		if _, err := h.t.Runner.Run(ctx, native, o.acts, quiet); err != nil {
 			return nil, err
 		}
 		return struct{}{}, nil
-	case guestTypeOp:
-		if err := h.agentMayAct(ctx); err != nil {
+	case clipboardGetOp:
+		res, err := h.t.Runner.Run(ctx, native, []actions.Action{actions.ClipboardGet{}}, quiet)
+		if err != nil {
 			return nil, err
 		}
-		return struct{}{}, h.s.typeText(ctx, o.text)
-	case hscrollOp:
-		if err := h.agentMayAct(ctx); err != nil {
-			return nil, err
+		if res.Clipboard == nil {
+			return nil, errors.New("copy_to_clipboard: the run read no clipboard")
 		}
-		return struct{}{}, h.s.hscroll(ctx, o.button, o.count)
-	case seqOp:
-		var last any = struct{}{} // a scroll of 0, 0 does nothing
-		for _, x := range o {
-			var err error
-			if last, err = h.do(ctx, x); err != nil {
-				return nil, err
-			}
-		}
-		return last, nil
+		return contentReply{Content: *res.Clipboard}, nil
 	case screenshotOp:
 		// Fresh: a run_command may have changed the screen while QEMU's
 		// refresh timer idled.
 		img, _, err := h.t.Screen.Screenshot(ctx, desk.ScreenshotOptions{Size: native, Fresh: true,
-			Encode: actions.EncodeOptions{Format: o.format, Quality: o.quality}})
+			Encode: player.EncodeOptions{Format: o.format, Quality: o.quality}})
 		if err != nil {
 			return nil, fmt.Errorf("Screenshot error: %w", err)
 		}
@@ -296,50 +292,28 @@ func (h *Handler) do(ctx context.Context, o op) (any, error) {
 		return h.s.shell(ctx, o)
 	case fileOp:
 		return h.s.file(ctx, o)
-	case clipboardGetOp:
-		return h.s.clipboardGet(ctx)
-	case clipboardSetOp:
-		return h.s.clipboardSet(ctx, o.text)
 	case launchOp:
 		return h.s.launch(ctx, o)
+	case treeOp:
+		tree, err := h.s.tree(ctx)
+		if errors.Is(err, atspi.ErrUnavailable) {
+			return unsupportedReply{Code: "unsupported", Error: "get_accessibility_tree: " + err.Error() +
+				"; deskfarm's osworld image has it"}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return treeReply{Tree: tree}, nil
 	case windowOp:
 		if o.command == "set_window_size" || o.command == "set_window_position" ||
 			o.command == "minimize_window" || o.command == "activate_window" {
-			if err := h.agentMayAct(ctx); err != nil {
-				return nil, err
+			if since, ok := h.t.Runner.Human(); ok {
+				return nil, &desk.HumanControlError{VM: h.t.VM, Since: since}
 			}
 		}
 		return h.s.window(ctx, o)
 	}
 	return nil, fmt.Errorf("internal: no way to run %T", o)
-}
-
-// run plays acts on the display. Cua's commands act where the pointer is
-// when they name no point, and only the guest knows where that is until the
-// display has sent a pointer event (actions.ErrPointerUnknown): then the
-// pointer is first moved to where the guest says it is, which moves nothing.
-func (h *Handler) run(ctx context.Context, acts []actions.Action) (desk.RunResult, error) {
-	res, err := h.t.Runner.Run(ctx, native, acts, quiet)
-	if !errors.Is(err, actions.ErrPointerUnknown) || res.Executed > 0 {
-		return res, err
-	}
-	at, gerr := h.s.pointer(ctx)
-	if gerr != nil {
-		return res, fmt.Errorf("%w; asking the guest: %w", err, gerr)
-	}
-	res, err = h.t.Runner.Run(ctx, native, append([]actions.Action{actions.Move{To: at}}, acts...), quiet)
-	if res.Executed > 0 {
-		res.Executed--
-	}
-	return res, err
-}
-
-// agentMayAct refuses input through the guest while a person holds
-// control, as the display path does: an empty Run checks control and does
-// nothing else.
-func (h *Handler) agentMayAct(ctx context.Context) error {
-	_, err := h.t.Runner.Run(ctx, native, nil, quiet)
-	return err
 }
 
 func detail(w http.ResponseWriter, status int, msg string) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,8 +23,11 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/gorilla/websocket"
 )
@@ -38,15 +42,16 @@ type fakeDesk struct {
 	w, h  int
 	hold  chan struct{} // non-nil: Run of input waits for it
 	human bool
+	clip  string // the guest's clipboard
 	// cancelled counts runs that ended by their context while held.
 	cancelled int
 	shots     []desk.ScreenshotOptions
 }
 
-func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (desk.RunResult, error) {
+func (d *fakeDesk) Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (desk.RunResult, error) {
 	var res desk.RunResult
 	res.Screenshot.X, res.Screenshot.Y = d.w, d.h
-	if size.Mode != actions.SizeNative || opts.Screenshot != actions.ScreenshotNever {
+	if size.Mode != player.SizeNative || opts.Screenshot != player.ScreenshotNever {
 		return res, fmt.Errorf("fake: size %v, screenshot %q: Cua runs at native size without screenshots", size, opts.Screenshot)
 	}
 	if d.human {
@@ -82,7 +87,13 @@ func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []
 			if !d.known {
 				return res, fmt.Errorf("actions[%d] (cursor_position): %w", res.Executed, actions.ErrPointerUnknown)
 			}
-			res.Text = fmt.Sprintf("X=%d,Y=%d", d.pos.X, d.pos.Y)
+			p := image.Point{X: d.pos.X, Y: d.pos.Y}
+			res.Cursor = &p
+		case actions.ClipboardGet:
+			c := d.clip
+			res.Clipboard = &c
+		case actions.ClipboardSet:
+			d.clip = a.Text
 		case actions.Move:
 			d.pos, d.known = a.To, true
 		case actions.Click:
@@ -96,6 +107,13 @@ func (d *fakeDesk) Run(ctx context.Context, size actions.ScreenshotSize, acts []
 		res.Executed++
 	}
 	return res, nil
+}
+
+func (d *fakeDesk) Human() (time.Time, bool) {
+	if d.human {
+		return time.Now(), true
+	}
+	return time.Time{}, false
 }
 
 func (d *fakeDesk) Screenshot(ctx context.Context, o desk.ScreenshotOptions) ([]byte, string, error) {
@@ -115,16 +133,18 @@ func (d *fakeDesk) played() [][]actions.Action {
 // through the session wrapper as the desktop user, then runs the wrapped
 // program on the test host (as the test's own user, in a temporary "home"),
 // so the file scripts are exercised for real with GNU find, dd and stat.
-// Programs that need an X session (xdotool, the clipboard tools) are
-// recorded and answered instead.
+// Programs that need an X session (xdotool) are recorded and answered
+// instead.
 type hostGuest struct {
 	t       *testing.T
 	home    string
 	mu      sync.Mutex
 	guestUI [][]string
-	clip    *string // nil: no clipboard tool (the desktop image)
 	// xdo answers xdotool subcommands (argv[1]) with stdout.
 	xdo map[string]string
+	// a11y answers the AT-SPI reader (python3 - MODE): nil exits 3, as in
+	// an image without pyatspi.
+	a11y func(mode string, stdin []byte) vmm.ExecResult
 }
 
 func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
@@ -140,18 +160,11 @@ func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResu
 		g.guestUI = append(g.guestUI, argv)
 		g.mu.Unlock()
 		return vmm.ExecResult{Stdout: []byte(g.xdo[argv[1]])}, nil
-	case len(argv) == 3 && argv[2] == clipGetScript:
-		if g.clip == nil {
-			return vmm.ExecResult{ExitCode: 127}, nil
+	case argv[0] == "python3":
+		if g.a11y == nil {
+			return vmm.ExecResult{ExitCode: 3, Stderr: []byte("no AT-SPI in this guest: No module named 'pyatspi'\n")}, nil
 		}
-		return vmm.ExecResult{Stdout: []byte(*g.clip)}, nil
-	case len(argv) == 3 && argv[2] == clipSetScript:
-		if g.clip == nil {
-			return vmm.ExecResult{ExitCode: 127}, nil
-		}
-		s := string(req.Stdin)
-		g.clip = &s
-		return vmm.ExecResult{}, nil
+		return g.a11y(argv[2], req.Stdin), nil
 	}
 	if req.Timeout <= 0 {
 		g.t.Errorf("guest call without a timeout: %q", argv)
@@ -339,25 +352,6 @@ func TestStatusAndRefusedRoutes(t *testing.T) {
 	}
 }
 
-// Before any pointer event the display cannot know where the pointer is:
-// the guest is asked, and the pointer moved there first.
-func TestPointerFromGuest(t *testing.T) {
-	r := newRig(t)
-	r.guest.xdo = map[string]string{"getmouselocation": "X=640\nY=400\nSCREEN=0\nWINDOW=1234\n"}
-	pos := r.ok("get_cursor_position", nil)["position"].(map[string]any)
-	if pos["x"] != 640.0 || pos["y"] != 400.0 {
-		t.Fatalf("cursor %v", pos)
-	}
-	r.ok("left_click", map[string]any{"x": nil, "y": nil})
-	want := [][]actions.Action{
-		{actions.Move{To: actions.Point{X: 640, Y: 400}}, actions.CursorPosition{}},
-		{actions.Click{Button: actions.ButtonLeft, Count: 1}},
-	}
-	if got := r.desk.played(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("played %#v", got)
-	}
-}
-
 func TestInputCommands(t *testing.T) {
 	r := newRig(t)
 	r.ok("move_cursor", map[string]any{"x": 100, "y": 200})
@@ -387,21 +381,48 @@ func TestInputCommands(t *testing.T) {
 	}
 	r.fails("press_key", map[string]any{"key": "hyperdrive"}, "Unknown key: hyperdrive")
 
-	// Input the display cannot carry goes through xdotool in the guest.
+	// Input the display cannot carry is an action like any other: the desk
+	// plays it through its guest input path. Nothing runs in the guest from
+	// here.
+	n := len(r.desk.played())
 	r.ok("type_text", map[string]any{"text": "naïve ✓"})
-	r.ok("scroll", map[string]any{"x": 2, "y": 0})
-	if fmt.Sprint(r.guest.guestUI) != fmt.Sprint([][]string{
-		{"xdotool", "type", "--delay", "12", "--", "naïve ✓"},
-		{"xdotool", "click", "--repeat", "2", "--delay", "20", "7"},
-	}) {
-		t.Fatalf("guest input: %q", r.guest.guestUI)
+	r.ok("scroll", map[string]any{"x": 2, "y": -3})
+	want = [][]actions.Action{
+		{actions.TypeText{Text: "naïve ✓"}},
+		{actions.Scroll{Direction: actions.ScrollDown, Amount: 3}, actions.Scroll{Direction: actions.ScrollRight, Amount: 2}},
 	}
-	// While a person holds control, neither path acts.
+	if got := r.desk.played()[n:]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("played\n%#v\nwant\n%#v", got, want)
+	}
+	if len(r.guest.guestUI) != 0 {
+		t.Fatalf("the handler ran input in the guest itself: %q", r.guest.guestUI)
+	}
+	// While a person holds control, the desk refuses, and the answer
+	// carries the code the actions route gives the same refusal.
 	r.desk.human = true
-	r.fails("left_click", map[string]any{"x": 1, "y": 1}, "control")
-	r.fails("type_text", map[string]any{"text": "é"}, "control")
-	if len(r.guest.guestUI) != 2 {
-		t.Fatalf("guest typed while a person held control: %q", r.guest.guestUI)
+	for _, c := range []struct {
+		command string
+		params  map[string]any
+	}{
+		{"left_click", map[string]any{"x": 1, "y": 1}},
+		{"type_text", map[string]any{"text": "é"}},
+		{"set_clipboard", map[string]any{"text": "x"}},
+	} {
+		if out := r.fails(c.command, c.params, "controlled"); out["code"] != api.CodeHumanControl {
+			t.Errorf("%s while a person holds control: %v, want code %q", c.command, out, api.CodeHumanControl)
+		}
+	}
+}
+
+// type_text goes to the desk whole, in chunks of actions.MaxTextRunes
+// characters (not bytes), whatever the script.
+func TestTypeTextChunks(t *testing.T) {
+	r := newRig(t)
+	long := strings.Repeat("日", maxTextChunk) + "ü"
+	r.ok("type_text", map[string]any{"text": long})
+	want := [][]actions.Action{{actions.TypeText{Text: strings.Repeat("日", maxTextChunk)}, actions.TypeText{Text: "ü"}}}
+	if got := r.desk.played(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("played %d runs, want one of two chunks", len(got))
 	}
 }
 
@@ -414,7 +435,7 @@ func TestScreenshot(t *testing.T) {
 	}
 	r.ok("screenshot", map[string]any{"format": "jpeg", "quality": 50})
 	o := r.desk.shots[1]
-	if !o.Fresh || o.Size.Mode != actions.SizeNative || o.Encode.Format != actions.FormatJPEG || o.Encode.Quality != 50 {
+	if !o.Fresh || o.Size.Mode != player.SizeNative || o.Encode.Format != player.FormatJPEG || o.Encode.Quality != 50 {
 		t.Fatalf("screenshot options: %+v", o)
 	}
 }
@@ -500,19 +521,44 @@ func TestRunCommand(t *testing.T) {
 
 func TestClipboardAndUnsupported(t *testing.T) {
 	r := newRig(t)
-	// The desktop image has neither xclip nor xsel.
-	r.fails("copy_to_clipboard", nil, "neither xclip nor xsel")
-	r.fails("set_clipboard", map[string]any{"text": "x"}, "neither xclip nor xsel")
-	empty := ""
-	r.guest.clip = &empty
+	// The clipboard is the desk's: clipboard_set and clipboard_get actions.
 	r.ok("set_clipboard", map[string]any{"text": "Grüße"})
 	if got := r.ok("copy_to_clipboard", nil)["content"]; got != "Grüße" {
 		t.Fatalf("clipboard: %q", got)
 	}
-	out := r.cmd("get_accessibility_tree", nil)
-	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "get_accessibility_tree") {
+	want := [][]actions.Action{{actions.ClipboardSet{Text: "Grüße"}}, {actions.ClipboardGet{}}}
+	if got := r.desk.played(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("played %#v", got)
+	}
+	out := r.cmd("find_element", nil)
+	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "find_element") {
 		t.Fatalf("unsupported: %v", out)
 	}
+}
+
+// get_accessibility_tree runs the AT-SPI reader OSWorld's /accessibility
+// runs (package atspi) in Cua's mode and answers its tree; an image without
+// AT-SPI answers unsupported, as before; a reader that fails says why.
+func TestAccessibilityTree(t *testing.T) {
+	r := newRig(t)
+	out := r.cmd("get_accessibility_tree", nil)
+	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "AT-SPI") {
+		t.Fatalf("without AT-SPI: %v", out)
+	}
+	r.guest.a11y = func(mode string, stdin []byte) vmm.ExecResult {
+		if mode != "cua" || !bytes.Equal(stdin, atspi.Script) {
+			return vmm.ExecResult{ExitCode: 2, Stderr: []byte("wrong reader call")}
+		}
+		return vmm.ExecResult{Stdout: []byte(`{"role": "desktop frame", "title": "", "children": [{"role": "application", "title": "gnome-terminal-server", "children": []}]}`)}
+	}
+	tree := r.ok("get_accessibility_tree", nil)["tree"].(map[string]any)
+	if tree["role"] != "desktop frame" || tree["children"].([]any)[0].(map[string]any)["title"] != "gnome-terminal-server" {
+		t.Fatalf("tree %v", tree)
+	}
+	r.guest.a11y = func(string, []byte) vmm.ExecResult {
+		return vmm.ExecResult{ExitCode: 1, Stderr: []byte("Traceback (most recent call last):\n  ...\nGLib.GError: g-dbus-error-quark: timeout\n")}
+	}
+	r.fails("get_accessibility_tree", nil, "GLib.GError: g-dbus-error-quark: timeout")
 }
 
 func wsDial(t *testing.T, r *rig) *websocket.Conn {
@@ -657,7 +703,7 @@ func TestEncode(t *testing.T) {
 // The file scripts are valid sh.
 func TestScriptsParse(t *testing.T) {
 	for name, s := range map[string]string{"list_dir": listDirScript,
-		"read_bytes": readBytesScript, "clip_get": clipGetScript, "clip_set": clipSetScript, "launch": launchScript} {
+		"read_bytes": readBytesScript, "launch": launchScript} {
 		if out, err := exec.Command("sh", "-n", "-c", s).CombinedOutput(); err != nil {
 			t.Errorf("%s script: %v %s", name, err, out)
 		}
@@ -705,5 +751,15 @@ func TestWindowCommands(t *testing.T) {
 	}
 	if out := r.cmd("maximize_window", map[string]any{"window_id": 1}); out["code"] != "unsupported" {
 		t.Fatalf("maximize_window: %v", out)
+	}
+	// The window commands that change the desktop are refused while a person
+	// holds control, as actions are; those that only look are not.
+	r.desk.human = true
+	if out := r.fails("activate_window", map[string]any{"window_id": 1}, "controlled"); out["code"] != api.CodeHumanControl {
+		t.Fatalf("activate_window while a person holds control: %v", out)
+	}
+	r.ok("get_window_name", map[string]any{"window_id": 4194311})
+	if len(r.guest.guestUI) != len(want)+1 {
+		t.Fatalf("xdotool calls while a person holds control: %q", r.guest.guestUI[len(want):])
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // op is one parsed command: what to do, with nothing done yet. parse makes
@@ -24,16 +25,13 @@ type (
 	versionOp    struct{}
 	screenSizeOp struct{}
 	cursorOp     struct{}
-	// inputOp plays actions on the display at native screen pixels.
-	inputOp struct{ acts []actions.Action }
-	// guestTypeOp types text the VNC keyboard cannot carry (non-ASCII)
-	// with xdotool in the guest.
-	guestTypeOp struct{ text string }
-	// hscrollOp clicks X button 6 (left) or 7 (right) count times with
-	// xdotool in the guest, where the pointer is.
-	hscrollOp    struct{ button, count int }
+	// inputOp plays actions through the VM's desk at native screen
+	// pixels, as every other vocabulary's actions are played: text the VNC
+	// keyboard cannot carry, horizontal wheel clicks and the clipboard go
+	// through the desk's guest input path.
+	inputOp      struct{ acts []actions.Action }
 	screenshotOp struct {
-		format  actions.ImageFormat
+		format  player.ImageFormat
 		quality int // JPEG only
 	}
 	shellOp struct {
@@ -48,9 +46,11 @@ type (
 		offset int64  // read_bytes
 		length int64  // read_bytes; < 0 reads to the end
 	}
+	// clipboardGetOp reads the clipboard (an actions.ClipboardGet).
 	clipboardGetOp struct{}
-	clipboardSetOp struct{ text string }
-	launchOp       struct {
+	// treeOp reads the desktop's accessibility tree (package atspi).
+	treeOp   struct{}
+	launchOp struct {
 		app  string
 		args []string // nil: app is a shell string
 	}
@@ -64,13 +64,11 @@ func (versionOp) isOp()      {}
 func (screenSizeOp) isOp()   {}
 func (cursorOp) isOp()       {}
 func (inputOp) isOp()        {}
-func (guestTypeOp) isOp()    {}
-func (hscrollOp) isOp()      {}
 func (screenshotOp) isOp()   {}
 func (shellOp) isOp()        {}
 func (fileOp) isOp()         {}
 func (clipboardGetOp) isOp() {}
-func (clipboardSetOp) isOp() {}
+func (treeOp) isOp()         {}
 func (launchOp) isOp()       {}
 func (unsupportedOp) isOp()  {}
 func (authOp) isOp()         {}
@@ -115,47 +113,48 @@ type parser func(p json.RawMessage, home string) (op, error)
 
 // commands are the commands served, by canonical name.
 var commands = map[string]parser{
-	"version":             func(json.RawMessage, string) (op, error) { return versionOp{}, nil },
-	"get_screen_size":     func(json.RawMessage, string) (op, error) { return screenSizeOp{}, nil },
-	"get_cursor_position": func(json.RawMessage, string) (op, error) { return cursorOp{}, nil },
-	"screenshot":          parseScreenshot,
-	"left_click":          clickParser(actions.ButtonLeft, 1),
-	"right_click":         clickParser(actions.ButtonRight, 1),
-	"double_click":        clickParser(actions.ButtonLeft, 2),
-	"move_cursor":         parseMove,
-	"mouse_down":          buttonParser(true),
-	"mouse_up":            buttonParser(false),
-	"drag_to":             parseDragTo,
-	"drag":                parseDrag,
-	"scroll":              parseScroll,
-	"scroll_up":           clicksParser(actions.ScrollUp),
-	"scroll_down":         clicksParser(actions.ScrollDown),
-	"scroll_direction":    parseScrollDirection,
-	"key_down":            keyParser("key_down", func(k actions.Key) actions.Action { return actions.KeyDown{Keys: []actions.Key{k}} }),
-	"key_up":              keyParser("key_up", func(k actions.Key) actions.Action { return actions.KeyUp{Keys: []actions.Key{k}} }),
-	"press_key":           keyParser("press_key", func(k actions.Key) actions.Action { return actions.KeyPress{Keys: []actions.Key{k}} }),
-	"hotkey":              parseHotkey,
-	"type_text":           parseTypeText,
-	"run_command":         parseShell,
-	"file_exists":         pathParser(fileExists),
-	"directory_exists":    pathParser(dirExists),
-	"list_dir":            pathParser(listDir),
-	"read_text":           pathParser(readText),
-	"get_file_size":       pathParser(fileSize),
-	"delete_file":         pathParser(deleteFile),
-	"create_dir":          pathParser(createDir),
-	"delete_dir":          pathParser(deleteDir),
-	"write_text":          parseWriteText,
-	"read_bytes":          parseReadBytes,
-	"write_bytes":         parseWriteBytes,
-	"copy_to_clipboard":   func(json.RawMessage, string) (op, error) { return clipboardGetOp{}, nil },
-	"set_clipboard":       parseSetClipboard,
-	"launch":              parseLaunch,
+	"version":                func(json.RawMessage, string) (op, error) { return versionOp{}, nil },
+	"get_screen_size":        func(json.RawMessage, string) (op, error) { return screenSizeOp{}, nil },
+	"get_cursor_position":    func(json.RawMessage, string) (op, error) { return cursorOp{}, nil },
+	"screenshot":             parseScreenshot,
+	"left_click":             clickParser(actions.ButtonLeft, 1),
+	"right_click":            clickParser(actions.ButtonRight, 1),
+	"double_click":           clickParser(actions.ButtonLeft, 2),
+	"move_cursor":            parseMove,
+	"mouse_down":             buttonParser(true),
+	"mouse_up":               buttonParser(false),
+	"drag_to":                parseDragTo,
+	"drag":                   parseDrag,
+	"scroll":                 parseScroll,
+	"scroll_up":              clicksParser(actions.ScrollUp),
+	"scroll_down":            clicksParser(actions.ScrollDown),
+	"scroll_direction":       parseScrollDirection,
+	"key_down":               keyParser("key_down", func(k actions.Key) actions.Action { return actions.KeyDown{Keys: []actions.Key{k}} }),
+	"key_up":                 keyParser("key_up", func(k actions.Key) actions.Action { return actions.KeyUp{Keys: []actions.Key{k}} }),
+	"press_key":              keyParser("press_key", func(k actions.Key) actions.Action { return actions.KeyPress{Keys: []actions.Key{k}} }),
+	"hotkey":                 parseHotkey,
+	"type_text":              parseTypeText,
+	"run_command":            parseShell,
+	"file_exists":            pathParser(fileExists),
+	"directory_exists":       pathParser(dirExists),
+	"list_dir":               pathParser(listDir),
+	"read_text":              pathParser(readText),
+	"get_file_size":          pathParser(fileSize),
+	"delete_file":            pathParser(deleteFile),
+	"create_dir":             pathParser(createDir),
+	"delete_dir":             pathParser(deleteDir),
+	"write_text":             parseWriteText,
+	"read_bytes":             parseReadBytes,
+	"write_bytes":            parseWriteBytes,
+	"copy_to_clipboard":      func(json.RawMessage, string) (op, error) { return clipboardGetOp{}, nil },
+	"get_accessibility_tree": func(json.RawMessage, string) (op, error) { return treeOp{}, nil },
+	"set_clipboard":          parseSetClipboard,
+	"launch":                 parseLaunch,
 }
 
 // unsupported are Cua's commands that deskfarm knows and does not serve.
 var unsupported = []string{
-	"get_accessibility_tree", "find_element", "diorama_cmd", "get_desktop_environment",
+	"find_element", "diorama_cmd", "get_desktop_environment",
 	"set_wallpaper", "open", "maximize_window", "close_window",
 }
 
@@ -409,35 +408,25 @@ func wheel(n int) int {
 	return min(n, actions.MaxScrollAmount)
 }
 
-// scrollOps turns wheel clicks (y > 0 up, x > 0 right, pynput's sense) into
-// ops: vertical on the display, horizontal through the guest.
-func scrollOps(x, y int) []op {
-	var ops []op
+// scrollOp turns wheel clicks (y > 0 up, x > 0 right, pynput's sense) into
+// scroll actions where the pointer is: vertical first, then horizontal
+// (which the desk clicks through the guest, as QEMU's VNC drops X buttons
+// 6 and 7). A scroll of 0, 0 does nothing.
+func scrollOp(x, y int) op {
+	var acts []actions.Action
 	switch {
 	case y > 0:
-		ops = append(ops, inputOp{[]actions.Action{actions.Scroll{Direction: actions.ScrollUp, Amount: wheel(y)}}})
+		acts = append(acts, actions.Scroll{Direction: actions.ScrollUp, Amount: wheel(y)})
 	case y < 0:
-		ops = append(ops, inputOp{[]actions.Action{actions.Scroll{Direction: actions.ScrollDown, Amount: wheel(y)}}})
+		acts = append(acts, actions.Scroll{Direction: actions.ScrollDown, Amount: wheel(y)})
 	}
 	switch {
 	case x > 0:
-		ops = append(ops, hscrollOp{button: 7, count: wheel(x)})
+		acts = append(acts, actions.Scroll{Direction: actions.ScrollRight, Amount: wheel(x)})
 	case x < 0:
-		ops = append(ops, hscrollOp{button: 6, count: wheel(x)})
+		acts = append(acts, actions.Scroll{Direction: actions.ScrollLeft, Amount: wheel(x)})
 	}
-	return ops
-}
-
-// seqOp runs ops in order (a scroll with both axes).
-type seqOp []op
-
-func (seqOp) isOp() {}
-
-func one(ops []op) op {
-	if len(ops) == 1 {
-		return ops[0]
-	}
-	return seqOp(ops)
+	return inputOp{acts}
 }
 
 func parseScroll(raw json.RawMessage, _ string) (op, error) {
@@ -459,7 +448,7 @@ func parseScroll(raw json.RawMessage, _ string) (op, error) {
 	if err != nil {
 		return nil, err
 	}
-	return one(scrollOps(x, y)), nil
+	return scrollOp(x, y), nil
 }
 
 type clicksParams struct {
@@ -484,7 +473,7 @@ func clicksParser(d actions.Direction) parser {
 		if d == actions.ScrollDown {
 			n = -n
 		}
-		return one(scrollOps(0, n)), nil
+		return scrollOp(0, n), nil
 	}
 }
 
@@ -502,13 +491,13 @@ func parseScrollDirection(raw json.RawMessage, _ string) (op, error) {
 	n := wheel(p.n())
 	switch strings.ToLower(*p.Direction) {
 	case "up":
-		return one(scrollOps(0, n)), nil
+		return scrollOp(0, n), nil
 	case "down":
-		return one(scrollOps(0, -n)), nil
+		return scrollOp(0, -n), nil
 	case "left":
-		return one(scrollOps(-300*n, 0)), nil
+		return scrollOp(-300*n, 0), nil
 	case "right":
-		return one(scrollOps(300*n, 0)), nil
+		return scrollOp(300*n, 0), nil
 	}
 	return nil, fmt.Errorf("Invalid direction: %s. Use 'up', 'down', 'left', or 'right'.", *p.Direction)
 }
@@ -561,8 +550,9 @@ func parseHotkey(raw json.RawMessage, _ string) (op, error) {
 	return inputOp{[]actions.Action{actions.KeyPress{Keys: keys}}}, nil
 }
 
-// parseTypeText types ASCII over the display, in chunks of at most
-// actions.MaxTextRunes, and anything else through the guest.
+// parseTypeText types text through the desk in chunks of at most
+// actions.MaxTextRunes characters: ASCII as VNC keys, any other text pasted
+// in the guest's session byte for byte (actions.TypeText).
 func parseTypeText(raw json.RawMessage, _ string) (op, error) {
 	var p struct {
 		Text *string `json:"text"`
@@ -577,27 +567,19 @@ func parseTypeText(raw json.RawMessage, _ string) (op, error) {
 	if !utf8.ValidString(text) {
 		return nil, errors.New("type_text: text is not valid UTF-8")
 	}
-	if text == "" {
-		return inputOp{}, nil
-	}
-	ascii := true
-	for _, r := range text {
-		if _, err := actions.KeyForRune(r); err != nil {
-			ascii = false
-			break
-		}
-	}
-	if !ascii {
-		return guestTypeOp{text: text}, nil
-	}
 	var acts []actions.Action
-	for len(text) > 0 {
-		n := min(len(text), maxTextChunk) // ASCII: bytes are runes
+	for text != "" {
+		n, runes := 0, 0
+		for n < len(text) && runes < maxTextChunk {
+			_, size := utf8.DecodeRuneInString(text[n:])
+			n += size
+			runes++
+		}
 		acts = append(acts, actions.TypeText{Text: text[:n]})
 		text = text[n:]
 	}
 	if len(acts) > actions.MaxActions {
-		return nil, fmt.Errorf("type_text: %d characters, at most %d", len(*p.Text), actions.MaxActions*maxTextChunk)
+		return nil, fmt.Errorf("type_text: %d characters, at most %d", utf8.RuneCountInString(*p.Text), actions.MaxActions*maxTextChunk)
 	}
 	return inputOp{acts}, nil
 }
@@ -620,9 +602,9 @@ func parseScreenshot(raw json.RawMessage, _ string) (op, error) {
 	}
 	switch f {
 	case "png":
-		return screenshotOp{format: actions.FormatPNG}, nil
+		return screenshotOp{format: player.FormatPNG}, nil
 	case "jpeg", "jpg":
-		return screenshotOp{format: actions.FormatJPEG, quality: q}, nil
+		return screenshotOp{format: player.FormatJPEG, quality: q}, nil
 	}
 	return nil, fmt.Errorf("Unsupported screenshot format %q. Supported: ['jpeg', 'png']", *p.Format)
 }
@@ -770,7 +752,7 @@ func parseSetClipboard(raw json.RawMessage, _ string) (op, error) {
 	if p.Text == nil {
 		return nil, missing("set_clipboard", "text")
 	}
-	return clipboardSetOp{text: *p.Text}, nil
+	return inputOp{[]actions.Action{actions.ClipboardSet{Text: *p.Text}}}, nil
 }
 
 func parseLaunch(raw json.RawMessage, _ string) (op, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 func key(t *testing.T, name string) actions.Key {
@@ -51,17 +52,17 @@ func TestParseInput(t *testing.T) {
 		// scroll counts wheel clicks, y > 0 up; horizontal goes through the guest.
 		{"scroll", `{"x": 0, "y": 3}`, acts(actions.Scroll{Direction: actions.ScrollUp, Amount: 3})},
 		{"scroll", `{"x": 0, "y": -2}`, acts(actions.Scroll{Direction: actions.ScrollDown, Amount: 2})},
-		{"scroll", `{"x": 4, "y": 0}`, hscrollOp{button: 7, count: 4}},
-		{"scroll", `{"x": -1, "y": 1}`, seqOp{acts(actions.Scroll{Direction: actions.ScrollUp, Amount: 1}), hscrollOp{button: 6, count: 1}}},
+		{"scroll", `{"x": 4, "y": 0}`, acts(actions.Scroll{Direction: actions.ScrollRight, Amount: 4})},
+		{"scroll", `{"x": -1, "y": 1}`, acts(actions.Scroll{Direction: actions.ScrollUp, Amount: 1}, actions.Scroll{Direction: actions.ScrollLeft, Amount: 1})},
 		{"scroll", `{"x": 0, "y": -500}`, acts(actions.Scroll{Direction: actions.ScrollDown, Amount: actions.MaxScrollAmount})},
-		{"scroll", `{"x": 0, "y": 0}`, seqOp(nil)},
+		{"scroll", `{"x": 0, "y": 0}`, inputOp{}},
 		{"scroll_up", `{"clicks": 2}`, acts(actions.Scroll{Direction: actions.ScrollUp, Amount: 2})},
 		{"scroll_down", `{}`, acts(actions.Scroll{Direction: actions.ScrollDown, Amount: 1})},
-		{"scroll_direction", `{"direction": "left", "clicks": 1}`, hscrollOp{button: 6, count: actions.MaxScrollAmount}},
+		{"scroll_direction", `{"direction": "left", "clicks": 1}`, acts(actions.Scroll{Direction: actions.ScrollLeft, Amount: actions.MaxScrollAmount})},
 		{"scroll_direction", `{"direction": "Down", "clicks": 3}`, acts(actions.Scroll{Direction: actions.ScrollDown, Amount: 3})},
 		{"type_text", `{"text": "echo hi\n"}`, acts(actions.TypeText{Text: "echo hi\n"})},
 		{"type", `{"text": ""}`, inputOp{}},
-		{"type_text", `{"text": "Grüße"}`, guestTypeOp{text: "Grüße"}},
+		{"type_text", `{"text": "Grüße"}`, acts(actions.TypeText{Text: "Grüße"})},
 	}
 	for _, c := range cases {
 		got, err := parse(c.command, json.RawMessage(c.params), "/home/user")
@@ -146,15 +147,16 @@ func TestParseGuestCommands(t *testing.T) {
 		{"mkdir", `{"path": "/tmp/d"}`, fileOp{kind: createDir, path: "/tmp/d", length: -1}},
 		{"rmdir", `{"path": "/tmp/d"}`, fileOp{kind: deleteDir, path: "/tmp/d", length: -1}},
 		{"copy_to_clipboard", ``, clipboardGetOp{}},
-		{"set_clipboard", `{"text": "x"}`, clipboardSetOp{text: "x"}},
+		{"set_clipboard", `{"text": "x"}`, acts(actions.ClipboardSet{Text: "x"})},
 		{"launch", `{"app": "xterm", "args": ["-e", "top"]}`, launchOp{app: "xterm", args: []string{"-e", "top"}}},
 		{"launch", `{"app": "lxterminal --title x", "args": null}`, launchOp{app: "lxterminal --title x"}},
-		{"screenshot", `null`, screenshotOp{format: actions.FormatPNG}},
-		{"screenshot", `{"format": "JPG", "quality": 120}`, screenshotOp{format: actions.FormatJPEG, quality: 95}},
+		{"screenshot", `null`, screenshotOp{format: player.FormatPNG}},
+		{"screenshot", `{"format": "JPG", "quality": 120}`, screenshotOp{format: player.FormatJPEG, quality: 95}},
 		{"version", `{}`, versionOp{}},
 		{"get_screen_size", `{}`, screenSizeOp{}},
 		{"get_cursor_position", `{}`, cursorOp{}},
-		{"get_accessibility_tree", `{}`, unsupportedOp{command: "get_accessibility_tree"}},
+		{"get_accessibility_tree", `{}`, treeOp{}},
+		{"find_element", `{}`, unsupportedOp{command: "find_element"}},
 		{"maximize_window", `{"window_id": 3}`, unsupportedOp{command: "maximize_window"}},
 		{"get_current_window_id", `{}`, windowOp{command: "get_current_window_id"}},
 		{"get_application_windows", `{"app": "Terminal"}`, windowOp{command: "get_application_windows", app: "Terminal"}},
@@ -182,7 +184,7 @@ func TestParseErrors(t *testing.T) {
 		command, params, want string
 		unknown               bool
 	}{
-		{"get_active_window_bounds", `{}`, "Unknown command: get_active_window_bounds. Did you mean: get_application_windows, get_current_window_id, get_cursor_position, get_file_size, get_screen_size?", true},
+		{"get_active_window_bounds", `{}`, "Unknown command: get_active_window_bounds. Did you mean: get_accessibility_tree, get_application_windows, get_current_window_id, get_cursor_position, get_file_size?", true},
 		{"frobnicate", `{}`, "Unknown command: frobnicate", true},
 		{"press_key", `{"key": "hyperdrive"}`, "Unknown key: hyperdrive", false},
 		{"hotkey", `{"keys": ["ctrl", "nope"]}`, "Unknown key in hotkey: nope", false},

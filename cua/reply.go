@@ -3,6 +3,10 @@ package cua
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/desk"
 )
 
 // Answer fields beside "success", as Cua's handlers return them.
@@ -54,6 +58,11 @@ type (
 	authReply struct {
 		Message string `json:"message"`
 	}
+	// treeReply is the accessibility tree, as the AT-SPI reader printed it
+	// (atspi.ModeCua).
+	treeReply struct {
+		Tree json.RawMessage `json:"tree"`
+	}
 )
 
 // failure is an answer that carries "success": false itself: Cua's
@@ -81,10 +90,13 @@ type unsupportedReply struct {
 
 func (unsupportedReply) failed() {}
 
-// errorReply is a failed command.
+// errorReply is a failed command. Code is deskfarm's API error code
+// (errorCode) when the failure has one a client can act on; Cua's own
+// failures carry none, and its client reads only "error".
 type errorReply struct {
 	Success bool   `json:"success"` // always false
 	Error   string `json:"error"`
+	Code    string `json:"code,omitempty"`
 }
 
 func (errorReply) failed() {}
@@ -93,7 +105,7 @@ func (errorReply) failed() {}
 // failure itself. fields must marshal to a JSON object.
 func encode(fields any, err error) []byte {
 	if err != nil {
-		fields = errorReply{Error: err.Error()}
+		fields = errorReply{Error: err.Error(), Code: errorCode(err)}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -113,4 +125,24 @@ func encode(fields any, err error) []byte {
 		out = append(out, ',')
 	}
 	return append(out, body[1:]...)
+}
+
+// errorCodes are the failures whose API error code a Cua answer carries, the
+// code web gives the same error on the actions route: an agent is refused
+// the same way whichever vocabulary it speaks.
+var errorCodes = []struct {
+	err  error
+	code string
+}{
+	{desk.ErrHumanControl, api.CodeHumanControl},
+	{desk.ErrClosed, api.CodeDisplayClosed},
+}
+
+func errorCode(err error) string {
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return ""
 }

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/deskfarm/deskfarm/actions"
 )
 
 // windowOp is a window command, carried out with xdotool in the guest's
@@ -156,19 +154,6 @@ func parseShellVars(out string, need ...string) (map[string]int, error) {
 		}
 	}
 	return g, nil
-}
-
-// pointer asks the session where the pointer is (native pixels).
-func (s session) pointer(ctx context.Context) (actions.Point, error) {
-	out, err := s.check(ctx, nil, "xdotool", "getmouselocation", "--shell")
-	if err != nil {
-		return actions.Point{}, err
-	}
-	g, err := parseShellVars(string(out), "X", "Y")
-	if err != nil {
-		return actions.Point{}, fmt.Errorf("pointer location: %w", err)
-	}
-	return actions.Point{X: g["X"], Y: g["Y"]}, nil
 }
 
 func (s session) window(ctx context.Context, o windowOp) (any, error) {

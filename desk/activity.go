@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // Event is one input action played on a VM, as the live view overlays it.
@@ -120,7 +121,7 @@ func (d *Desk) LastEvent() (Event, bool) {
 
 // agentEvents are the first res.Executed of acts as events, their positions
 // converted to native pixels with sc.
-func agentEvents(acts []actions.Action, res actions.Result, sc *actions.Scaler) []Event {
+func agentEvents(acts []actions.Action, res player.Result, sc *player.Scaler) []Event {
 	now := time.Now()
 	evs := make([]Event, 0, min(len(acts), res.Executed))
 	for i, act := range acts {
@@ -164,7 +165,7 @@ func agentEvents(acts []actions.Action, res actions.Result, sc *actions.Scaler) 
 	return evs
 }
 
-func native(sc *actions.Scaler, p actions.Point) (*int, *int) {
+func native(sc *player.Scaler, p actions.Point) (*int, *int) {
 	x, y := p.X, p.Y
 	if sc != nil {
 		if nx, ny, err := sc.ToNative(p.X, p.Y); err == nil {

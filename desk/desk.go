@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 // Desk is one VM's session: its display connection, frame hub, executors,
@@ -42,13 +43,13 @@ type Desk struct {
 
 	// guest and activity reach inside the guest (nil without a farm that
 	// can: GuestExec, CPUTimer).
-	guest    actions.GuestInput
-	activity actions.GuestActivity
+	guest    *guestInput
+	activity player.GuestActivity
 }
 
 type execEntry struct {
 	key string
-	e   *actions.Executor
+	e   *player.Executor
 }
 
 func newDesk(id string, disp Display, maxExec int, log *slog.Logger) *Desk {
@@ -113,7 +114,7 @@ func (d *Desk) reset(at time.Time) {
 // releaseAgentInput lets go of every key and button the executors hold.
 func (d *Desk) releaseAgentInput() error {
 	d.execMu.Lock()
-	es := make([]*actions.Executor, 0, d.lru.Len())
+	es := make([]*player.Executor, 0, d.lru.Len())
 	for el := d.lru.Front(); el != nil; el = el.Next() {
 		es = append(es, el.Value.(*execEntry).e)
 	}
@@ -130,7 +131,7 @@ func (d *Desk) releaseAgentInput() error {
 // held input is released first (in the background: a run in progress on it
 // finishes). Evicting rather than refusing keeps a client that changes its
 // size working; the cost is that holds made under the evicted size end.
-func (d *Desk) executor(size actions.ScreenshotSize) (*actions.Executor, error) {
+func (d *Desk) executor(size player.ScreenshotSize) (*player.Executor, error) {
 	key := size.String()
 	d.execMu.Lock()
 	defer d.execMu.Unlock()
@@ -138,8 +139,12 @@ func (d *Desk) executor(size actions.ScreenshotSize) (*actions.Executor, error) 
 		d.lru.MoveToFront(el)
 		return el.Value.(*execEntry).e, nil
 	}
-	e, err := actions.NewExecutor(d.disp, actions.ExecutorConfig{Size: size, Logger: d.log.With("vm", d.VM),
-		Guest: d.guest, Activity: d.activity, GuestIdle: GuestIdle})
+	var guest player.GuestInput // a nil *guestInput would be a non-nil interface
+	if d.guest != nil {
+		guest = d.guest
+	}
+	e, err := player.NewExecutor(d.disp, player.ExecutorConfig{Size: size, Logger: d.log.With("vm", d.VM),
+		Guest: guest, Activity: d.activity, GuestIdle: GuestIdle})
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +176,7 @@ func (d *Desk) Executors() []string {
 
 // RunResult is what Run played and what the agent sees.
 type RunResult struct {
-	actions.Result
+	player.Result
 	// Screenshot is the agent's coordinate space (the screenshot size).
 	Screenshot image.Point
 }
@@ -179,7 +184,7 @@ type RunResult struct {
 // Run plays an agent's actions at a screenshot size and records what ran in
 // the activity log. It refuses with a *HumanControlError while a person
 // holds control.
-func (d *Desk) Run(ctx context.Context, size actions.ScreenshotSize, acts []actions.Action, opts actions.RunOptions) (RunResult, error) {
+func (d *Desk) Run(ctx context.Context, size player.ScreenshotSize, acts []actions.Action, opts player.RunOptions) (RunResult, error) {
 	if err := d.Err(); err != nil {
 		return RunResult{}, err
 	}
@@ -190,6 +195,7 @@ func (d *Desk) Run(ctx context.Context, size actions.ScreenshotSize, acts []acti
 	if err != nil {
 		return RunResult{}, err
 	}
+	d.syncPointer(ctx, acts)
 	res, err := e.Run(ctx, acts, opts)
 	sc := e.Scaler()
 	d.act.add(agentEvents(acts, res, sc)...)
@@ -227,63 +233,114 @@ func (d *Desk) closedUnder(ctx context.Context, err error) error {
 	return nil
 }
 
-// CallResult is what RunCall answered.
-type CallResult struct {
-	actions.Reply
-	// Screenshot is the agent's coordinate space (the screenshot size).
-	Screenshot image.Point
-}
-
-// RunCall plays an agent's decoded call at a screenshot size and answers in
-// the agent's vocabulary (actions.Call.Run). Every run of actions it makes
-// (one per block of a toolset turn) is refused with a *HumanControlError
-// while a person holds control, and recorded in the activity log, as Run.
-func (d *Desk) RunCall(ctx context.Context, size actions.ScreenshotSize, c *actions.Call, opts actions.RunOptions, ro actions.ReplyOptions) (CallResult, error) {
+// RunCall plays an agent's call at a screenshot size: play gets a Runner
+// whose every run of actions (one per block of a toolset turn) is refused
+// with a *HumanControlError while a person holds control, and recorded in
+// the activity log, as Run. The desk knows no agent vocabulary: play is the
+// vocabulary's (vocab.Call.Run), so the desk links no AI SDK. RunCall
+// returns the agent's coordinate space (the screenshot size).
+func (d *Desk) RunCall(ctx context.Context, size player.ScreenshotSize, play func(context.Context, player.Runner) error) (image.Point, error) {
 	if err := d.Err(); err != nil {
-		return CallResult{}, err
+		return image.Point{}, err
 	}
 	if since, ok := d.Human(); ok {
-		return CallResult{}, &HumanControlError{VM: d.VM, Since: since}
+		return image.Point{}, &HumanControlError{VM: d.VM, Since: since}
 	}
 	e, err := d.executor(size)
 	if err != nil {
-		return CallResult{}, err
+		return image.Point{}, err
 	}
-	rep, err := c.Run(ctx, deskRunner{d: d, e: e}, opts, ro)
-	out := CallResult{Reply: rep}
-	out.Screenshot.X, out.Screenshot.Y = e.Scaler().ScreenshotSize()
+	err = play(ctx, deskRunner{d: d, e: e})
+	var sc image.Point
+	sc.X, sc.Y = e.Scaler().ScreenshotSize()
 	if err != nil {
 		if cerr := d.closedUnder(ctx, err); cerr != nil {
-			return out, fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
+			return sc, fmt.Errorf("actions on vm %s: %w (the display failed: %v)", d.VM, cerr, err)
 		}
-		return out, fmt.Errorf("actions on vm %s: %w", d.VM, err)
+		return sc, fmt.Errorf("actions on vm %s: %w", d.VM, err)
 	}
-	return out, nil
+	return sc, nil
 }
 
-// deskRunner is the actions.Runner RunCall hands a Call: an executor behind
+// deskRunner is the vocab.Runner RunCall hands a Call: an executor behind
 // the desk's control check and activity log.
 type deskRunner struct {
 	d *Desk
-	e *actions.Executor
+	e *player.Executor
 }
 
-func (r deskRunner) Run(ctx context.Context, acts []actions.Action, opts actions.RunOptions) (actions.Result, error) {
+func (r deskRunner) Run(ctx context.Context, acts []actions.Action, opts player.RunOptions) (player.Result, error) {
 	if err := r.d.Err(); err != nil {
-		return actions.Result{}, err
+		return player.Result{}, err
 	}
 	if since, ok := r.d.Human(); ok {
-		return actions.Result{}, &HumanControlError{VM: r.d.VM, Since: since}
+		return player.Result{}, &HumanControlError{VM: r.d.VM, Since: since}
 	}
+	r.d.syncPointer(ctx, acts)
 	res, err := r.e.Run(ctx, acts, opts)
 	r.d.act.add(agentEvents(acts, res, r.e.Scaler())...)
 	return res, err
 }
 
+// syncPointer tells the display where the guest's pointer is when acts
+// need the pointer's position (needsPointer) and the display has sent no
+// pointer event yet, so it cannot know: after the desk opens, a click
+// without coordinates or cursor_position would otherwise fail with
+// actions.ErrPointerUnknown. Cua's commands act where the pointer is when
+// they name no point, and its client asks get_cursor_position first.
+//
+// The event goes straight to the display, in native pixels (through an
+// executor of a scaled size the position would round off by a pixel), with
+// no buttons: none can be held before the first pointer event. It moves
+// the pointer where it already is, so it is not logged as an action.
+// Without the guest input path, or when the guest cannot say, acts run as
+// they are and fail as before.
+func (d *Desk) syncPointer(ctx context.Context, acts []actions.Action) {
+	if d.guest == nil || !needsPointer(acts) {
+		return
+	}
+	if x, _ := d.disp.CursorPos(); x >= 0 {
+		return
+	}
+	at, err := d.guest.pointer(ctx)
+	if err == nil {
+		err = d.disp.Pointer(at.X, at.Y, 0)
+	}
+	if err != nil {
+		d.log.Warn("pointer position from the guest", "vm", d.VM, "op", "actions", "err", err)
+	}
+}
+
+// needsPointer reports whether acts use the pointer's position before an
+// action of theirs puts it somewhere: an action without a point (a click,
+// a button, a scroll, a drag's start, move_by) or cursor_position. Actions
+// that do not touch the pointer (keys, text, waits, captures) are skipped.
+func needsPointer(acts []actions.Action) bool {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case actions.Move:
+			return false
+		case actions.MoveBy, actions.CursorPosition:
+			return true
+		case actions.Click:
+			return a.At == nil
+		case actions.ButtonDown:
+			return a.At == nil
+		case actions.ButtonUp:
+			return a.At == nil
+		case actions.Scroll:
+			return a.At == nil
+		case actions.Drag:
+			return a.From == nil
+		}
+	}
+	return false
+}
+
 // ScreenshotOptions asks for one screenshot.
 type ScreenshotOptions struct {
 	// Size scales the image ("native" is the zero value).
-	Size actions.ScreenshotSize
+	Size player.ScreenshotSize
 	// Fresh first proves the mirror current with an update round trip (~30
 	// ms): the screen may have changed by other means (a command run
 	// through the guest agent) while QEMU's refresh timer idles at up to 3
@@ -291,7 +348,7 @@ type ScreenshotOptions struct {
 	// settle before they answer, so it already shows their effect.
 	Fresh bool
 	// Encode picks the format and quality.
-	Encode actions.EncodeOptions
+	Encode player.EncodeOptions
 }
 
 // Screenshot encodes the live framebuffer mirror, cursor included, and
@@ -306,9 +363,9 @@ func (d *Desk) Screenshot(ctx context.Context, o ScreenshotOptions) ([]byte, str
 		}
 	}
 	img := d.disp.Snapshot()
-	sc, err := actions.NewScaler(img.Bounds().Dx(), img.Bounds().Dy(), o.Size)
+	sc, err := player.NewScaler(img.Bounds().Dx(), img.Bounds().Dy(), o.Size)
 	if err != nil {
 		return nil, "", err
 	}
-	return actions.Encode(sc.Screenshot(img), o.Encode)
+	return player.Encode(sc.Screenshot(img), o.Encode)
 }

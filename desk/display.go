@@ -6,7 +6,7 @@ import (
 	"image"
 	"log/slog"
 
-	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vnc"
 )
@@ -14,8 +14,8 @@ import (
 // Display is what a desk needs from a VM's screen connection. VNCDisplay
 // adapts a *vnc.Client; unit tests use a fake.
 type Display interface {
-	// actions.Display: size, snapshot with cursor, input, settle.
-	actions.Display
+	// player.Display: size, snapshot with cursor, input, settle.
+	player.Display
 	// SnapshotRaw is a copy of the framebuffer without the cursor.
 	SnapshotRaw() *image.RGBA
 	// Damage subscribes to framebuffer changes; the channel closes when the

@@ -19,9 +19,12 @@ type fakeDisplay struct {
 	held    map[uint32]bool
 	buttons uint8
 	ptr     image.Point
-	closed  bool
-	broken  error // when set, input fails with it, as a socket whose QEMU was killed
-	events  int   // input events received
+	// noPtr: no pointer event was sent yet, so CursorPos cannot say (as
+	// vnc.Client's, -1, -1); Pointer clears it.
+	noPtr  bool
+	closed bool
+	broken error // when set, input fails with it, as a socket whose QEMU was killed
+	events int   // input events received
 }
 
 var _ Display = (*fakeDisplay)(nil)
@@ -53,6 +56,7 @@ func (f *fakeDisplay) Pointer(x, y int, buttons uint8) error {
 		return vnc.ErrClosed
 	}
 	f.ptr, f.buttons = image.Pt(x, y), buttons
+	f.noPtr = false
 	f.events++
 	return nil
 }
@@ -82,6 +86,9 @@ func (f *fakeDisplay) Settle(ctx context.Context, _, _ time.Duration) (time.Dura
 func (f *fakeDisplay) CursorPos() (int, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.noPtr {
+		return -1, -1
+	}
 	return f.ptr.X, f.ptr.Y
 }
 

@@ -3,18 +3,19 @@ package desk
 import (
 	"context"
 	"fmt"
+	"image"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
 // GuestExec is the optional part of a Farm that reaches inside the guest:
-// vmm.Farm's Exec. With it, a desk's executors get an actions.GuestInput
+// vmm.Farm's Exec. With it, a desk's executors get an player.GuestInput
 // (non-ASCII text, horizontal scroll, back/forward, the clipboard), played
 // in the guest's desktop session through package guestx.
 type GuestExec interface {
@@ -23,7 +24,7 @@ type GuestExec interface {
 
 // CPUTimer is the optional part of a Farm that reports a VM's cumulative
 // vCPU time (vmm.Manager.CPUTime). With it, a desk's settles wait for the
-// guest to go idle as well as its screen (actions.GuestActivity).
+// guest to go idle as well as its screen (player.GuestActivity).
 type CPUTimer interface {
 	CPUTime(ctx context.Context, id string) (time.Duration, error)
 }
@@ -37,14 +38,14 @@ type CPUTimer interface {
 // (libvirt's cpuTime is the QEMU process's utime+stime in 10 ms ticks, so a
 // 250 ms window moves in steps of 0.04); while mousepad started it read
 // 0.32-1.00, 0.6-1.0 for most of its ~10 s start-up. 0.25 (
-// actions.DefaultGuestIdle) sits between; a busy window costs one more
+// player.DefaultGuestIdle) sits between; a busy window costs one more
 // settle round, so an idle guest's occasional tick is cheap.
 const GuestIdle = 0.25
 
 // guestTimeout bounds one guest command of the session input.
 const guestTimeout = 30 * time.Second
 
-// guestInput is a desk's actions.GuestInput: xdotool and xclip run as the
+// guestInput is a desk's player.GuestInput: xdotool and xclip run as the
 // desktop user in the guest's X session (guestx).
 type guestInput struct {
 	ex  GuestExec
@@ -52,7 +53,7 @@ type guestInput struct {
 	log *slog.Logger
 	// disp is the VM's display, whose input the guest input must not
 	// overtake (fence).
-	disp actions.Display
+	disp player.Display
 }
 
 // Fence timing (guestInput.fence).
@@ -79,7 +80,7 @@ func (g *guestInput) fence(ctx context.Context) {
 	}
 }
 
-var _ actions.GuestInput = (*guestInput)(nil)
+var _ player.GuestInput = (*guestInput)(nil)
 
 // run runs argv in the session and fails on a non-zero exit.
 func (g *guestInput) run(ctx context.Context, c guestx.Cmd) ([]byte, error) {
@@ -250,6 +251,42 @@ func (g *guestInput) ClipboardSet(ctx context.Context, text string) error {
 	return nil
 }
 
+// pointer asks the session where the pointer is, in native pixels: the
+// guest knows it even before this desk has sent a pointer event.
+func (g *guestInput) pointer(ctx context.Context) (image.Point, error) {
+	out, err := g.run(ctx, guestx.Cmd{Argv: []string{"xdotool", "getmouselocation", "--shell"}})
+	if err != nil {
+		return image.Point{}, err
+	}
+	return parseMouseLocation(string(out))
+}
+
+// parseMouseLocation reads xdotool getmouselocation --shell's output
+// (X=, Y=, SCREEN=, WINDOW= lines; xdotool 3.20160805).
+func parseMouseLocation(out string) (image.Point, error) {
+	var p image.Point
+	var seen int
+	for _, line := range strings.Fields(out) {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || (k != "X" && k != "Y") {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return image.Point{}, fmt.Errorf("pointer location: xdotool printed %q", line)
+		}
+		if k == "X" {
+			p.X, seen = n, seen|1
+		} else {
+			p.Y, seen = n, seen|2
+		}
+	}
+	if seen != 3 {
+		return image.Point{}, fmt.Errorf("pointer location: no X and Y in xdotool's %q", out)
+	}
+	return p, nil
+}
+
 // DiskCounter is the optional part of a Farm that counts a VM's disk
 // requests (vmm.Manager.DiskRequests). With it, a desk's settle also counts
 // a guest waiting on its disk as busy.
@@ -267,7 +304,7 @@ type DiskCounter interface {
 // window rarely counts as busy, and then costs one more round.
 const diskRequestWeight = 40 * time.Millisecond
 
-// guestActivity is a desk's actions.GuestActivity: the VM's vCPU time,
+// guestActivity is a desk's player.GuestActivity: the VM's vCPU time,
 // plus its disk requests at diskRequestWeight each when the farm counts
 // them.
 type guestActivity struct {

@@ -1,11 +1,18 @@
 package desk
 
 import (
+	"context"
+	"image"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
+	"github.com/deskfarm/deskfarm/vmm"
 )
 
 // Fakes of the guest's xclip and xdotool for pasteScript: xdotool logs its
@@ -79,5 +86,52 @@ func TestPasteScriptRepeatsIgnoredPasteKey(t *testing.T) {
 	}
 	if !strings.Contains(out, "line 1: no selection request within "+pasteWait+" ms of paste key 1") {
 		t.Fatalf("stdout %q does not report the ignored key", out)
+	}
+}
+
+func TestParseMouseLocation(t *testing.T) {
+	// xdotool 3.20160805 getmouselocation --shell, in a desktop VM.
+	p, err := parseMouseLocation("X=640\nY=399\nSCREEN=0\nWINDOW=1234\n")
+	if err != nil || p != image.Pt(640, 399) {
+		t.Fatalf("%v %v", p, err)
+	}
+	for _, bad := range []string{"", "X=1\n", "X=a\nY=2\n"} {
+		if _, err := parseMouseLocation(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// Before the desk has sent a pointer event, its display cannot say where the
+// pointer is; an action that needs it (cursor_position, a click without a
+// point) first moves the display's pointer to where the guest has it, so it
+// answers instead of failing with actions.ErrPointerUnknown.
+func TestPointerFromGuestBeforeAnyPointerEvent(t *testing.T) {
+	r := newRig(t, 1)
+	vms, _ := r.farm.List(context.Background())
+	vm := vms[0].ID
+	r.farm.ExecFn = func(req vmm.ExecRequest) (vmm.ExecResult, error) {
+		if c, ok := guestx.Unwrap(req); ok && strings.Join(c.Argv, " ") == "xdotool getmouselocation --shell" {
+			return vmm.ExecResult{Stdout: []byte("X=320\nY=200\nSCREEN=0\nWINDOW=77\n")}, nil
+		}
+		return vmm.ExecResult{ExitCode: 1}, nil
+	}
+	d := r.get(vm)
+	disp := r.display(vm)
+	disp.mu.Lock()
+	disp.noPtr = true
+	disp.mu.Unlock()
+	quiet := player.RunOptions{Screenshot: player.ScreenshotNever}
+	// At half size the guest's native 320,200 is 160,100.
+	half := player.ScreenshotSize{Mode: player.SizeFixed, Width: 320, Height: 200}
+	res, err := d.Run(context.Background(), half, []actions.Action{actions.CursorPosition{}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cursor == nil || *res.Cursor != (image.Point{X: 160, Y: 100}) {
+		t.Fatalf("cursor %v (text %q), want 160,100", res.Cursor, res.Text)
+	}
+	if x, y := disp.CursorPos(); x != 320 || y != 200 {
+		t.Fatalf("display pointer at %d,%d, want where the guest has it", x, y)
 	}
 }

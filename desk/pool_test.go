@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
@@ -155,7 +156,7 @@ func TestDiedClosesDeskAndViewers(t *testing.T) {
 	if _, err := r.pool.Get(context.Background(), "vm1"); !errors.Is(err, vmm.ErrNotRunning) {
 		t.Errorf("get after death: %v, want ErrNotRunning", err)
 	}
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, nil, actions.RunOptions{}); !errors.Is(err, ErrClosed) {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, nil, player.RunOptions{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("run on a closed desk: %v, want ErrClosed", err)
 	}
 	if _, err := d.Watch(0); !errors.Is(err, ErrClosed) {
@@ -177,7 +178,7 @@ func TestRunFailingAsTheVMDiesSaysItDied(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		r.farm.Kill("vm1", "crashed")
 	}()
-	_, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick)
+	_, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick)
 	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "crashed") || !strings.Contains(err.Error(), "vm1") {
 		t.Errorf("run while the VM dies: %v; want ErrClosed naming vm1 and the crash", err)
 	}
@@ -187,7 +188,7 @@ func TestRunFailingAsTheVMDiesSaysItDied(t *testing.T) {
 	r.display("vm2").mu.Lock()
 	r.display("vm2").broken = broken
 	r.display("vm2").mu.Unlock()
-	_, err = d2.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick)
+	_, err = d2.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick)
 	if !errors.Is(err, actions.ErrDisplay) || errors.Is(err, ErrClosed) {
 		t.Errorf("run on a broken display of a live VM: %v; want ErrDisplay", err)
 	}
@@ -239,13 +240,13 @@ func keyDown(t *testing.T) []actions.Action {
 	return acts
 }
 
-var quick = actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}
+var quick = player.RunOptions{NoSettle: true, Screenshot: player.ScreenshotNever}
 
 func TestResetReleasesInputAndControl(t *testing.T) {
 	r := newRig(t, 1)
 	d := r.get("vm1")
 	disp := r.display("vm1")
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Fatal(err)
 	}
 	g, err := d.TakeControl()
@@ -286,7 +287,7 @@ func TestResetReleasesInputAndControl(t *testing.T) {
 		t.Errorf("activity after the reset holds %d events, want only the reset", len(evs))
 	}
 	// The agent acts again.
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Errorf("agent after the reset: %v", err)
 	}
 }
@@ -296,7 +297,7 @@ func TestControlRefusesAgentAndReleasesOnHandOver(t *testing.T) {
 	d := r.get("vm1")
 	disp := r.display("vm1")
 	g1, _ := d.TakeControl()
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); !errors.Is(err, ErrHumanControl) {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); !errors.Is(err, ErrHumanControl) {
 		t.Fatalf("agent under human control: %v, want ErrHumanControl", err)
 	}
 	if _, err := d.Takeover("not-the-token"); !errors.Is(err, ErrNotInControl) {
@@ -337,7 +338,7 @@ func TestControlRefusesAgentAndReleasesOnHandOver(t *testing.T) {
 	if k, b := disp.guest(); k != 0 || b != 0 {
 		t.Errorf("after hand-back the guest holds %d keys, buttons %b; want none", k, b)
 	}
-	if _, err := d.Run(context.Background(), actions.ScreenshotSize{}, keyDown(t), quick); err != nil {
+	if _, err := d.Run(context.Background(), player.ScreenshotSize{}, keyDown(t), quick); err != nil {
 		t.Errorf("agent after hand-back: %v", err)
 	}
 }
@@ -347,12 +348,12 @@ func TestExecutorsBounded(t *testing.T) {
 	d := r.get("vm1")
 	disp := r.display("vm1")
 	sizes := []string{"native", "320x200", "160x100", "auto", "64x40", "32x20"}
-	first, _ := actions.ParseScreenshotSize(sizes[0])
+	first, _ := player.ParseScreenshotSize(sizes[0])
 	if _, err := d.Run(context.Background(), first, keyDown(t), quick); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sizes[1:] {
-		sz, err := actions.ParseScreenshotSize(s)
+		sz, err := player.ParseScreenshotSize(s)
 		if err != nil {
 			t.Fatal(err)
 		}

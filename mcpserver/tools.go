@@ -22,7 +22,7 @@ import (
 // takes and forwards to the actions route.
 const ComputerTool = "computer_20251124"
 
-// computerActions are ComputerTool's actions (package actions of the
+// computerActions are ComputerTool's actions (package vocab of the
 // server checks them again; this list is the schema's enum).
 var computerActions = []string{
 	"screenshot", "left_click", "right_click", "middle_click", "double_click", "triple_click",

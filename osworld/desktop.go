@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/deskfarm/deskfarm/atspi"
 )
 
 func (h *Handler) launch(w http.ResponseWriter, r *http.Request) {
@@ -205,24 +207,17 @@ func (h *Handler) changeWallpaper(w http.ResponseWriter, r *http.Request) {
 	writeText(w, http.StatusOK, "Wallpaper changed successfully")
 }
 
-// a11y runs a11y.py in the guest with one mode.
-func (h *Handler) a11y(ctx context.Context, mode string) ([]byte, error) {
-	res, err := h.g.Run(ctx, Cmd{Argv: []string{"python3", "-", mode}, Stdin: a11yScript, Timeout: 60 * time.Second})
+// a11y runs the AT-SPI reader (package atspi) in the guest with one mode.
+func (h *Handler) a11y(ctx context.Context, mode atspi.Mode) ([]byte, error) {
+	res, err := h.g.Run(ctx, Cmd{Argv: atspi.Argv(mode), Stdin: atspi.Script, Timeout: atspi.Timeout})
 	if err != nil {
 		return nil, err
 	}
-	if res.ExitCode != 0 {
-		msg := strings.TrimSpace(string(res.Stderr))
-		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
-			msg = msg[i+1:] // the exception line of the traceback
-		}
-		return nil, fmt.Errorf("accessibility %s: exit %d: %s", mode, res.ExitCode, msg)
-	}
-	return res.Stdout, nil
+	return atspi.Output(mode, res.ExitCode, res.Stdout, res.Stderr)
 }
 
 func (h *Handler) accessibility(w http.ResponseWriter, r *http.Request) {
-	out, err := h.a11y(r.Context(), "tree")
+	out, err := h.a11y(r.Context(), atspi.ModeOSWorld)
 	if err != nil {
 		h.fail(w, r, "accessibility", http.StatusInternalServerError, err)
 		return
@@ -231,7 +226,7 @@ func (h *Handler) accessibility(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
-	out, err := h.a11y(r.Context(), "terminal")
+	out, err := h.a11y(r.Context(), atspi.ModeTerminal)
 	if err != nil {
 		h.fail(w, r, "terminal", http.StatusInternalServerError, err)
 		return

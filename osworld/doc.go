@@ -16,8 +16,9 @@
 //   - /setup/download_file's download runs in the guest too (download.py),
 //     so the guest's network decides what it reaches;
 //   - files move through the guest agent and end up owned by that user;
-//   - /accessibility and /terminal run a Python helper (a11y.py, embedded
-//     and sent on stdin) that walks AT-SPI with pyatspi in the guest;
+//   - /accessibility and /terminal run package atspi's reader (pyatspi in
+//     the guest, sent on stdin), the walk Cua's get_accessibility_tree
+//     makes too;
 //   - recordings are encoded on the host by ffmpeg from the frames the
 //     mirror already has, not by x11grab in the guest.
 //

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vnc"
 )
@@ -134,7 +134,7 @@ func (g *VMGuest) Screenshot(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, _, err := d.Screenshot(ctx, desk.ScreenshotOptions{Fresh: true, Encode: actions.EncodeOptions{Format: actions.FormatPNG}})
+	b, _, err := d.Screenshot(ctx, desk.ScreenshotOptions{Fresh: true, Encode: player.EncodeOptions{Format: player.FormatPNG}})
 	return b, err
 }
 
@@ -145,7 +145,7 @@ func (g *VMGuest) Frames(ctx context.Context) (Frames, error) {
 		return nil, err
 	}
 	fs := d.Frames()
-	// The desk's display is an actions.Display too (desk.Display), which
+	// The desk's display is an player.Display too (desk.Display), which
 	// draws the cursor; FrameSource alone would record without it.
 	snap, ok := fs.(interface{ Snapshot() *image.RGBA })
 	if !ok {

@@ -51,7 +51,7 @@ type Options struct {
 	// Playback, when set, is offered each /execute command first: an
 	// agent's pyautogui code (["python", "-c", "import pyautogui; ..."])
 	// that is only input calls, sleeps, imports and comments can be played
-	// on the host as VNC input, faster and settled (package actions'
+	// on the host as VNC input, faster and settled (package vocab's
 	// translator does the parsing). It reports whether it played the
 	// command; false runs it in the guest as usual. An error after input
 	// was sent still answers 200 (OSWorld retries anything else, which

@@ -2,14 +2,6 @@ package osworld
 
 import _ "embed"
 
-// a11yScript walks AT-SPI with pyatspi and prints OSWorld's XML
-// (python3 - tree) or the focused gnome-terminal's text (python3 -
-// terminal). It travels on stdin: nothing is installed in the guest, and a
-// reset (which drops guest files) costs nothing.
-//
-//go:embed a11y.py
-var a11yScript []byte
-
 // listDirScript prints /list_directory's tree as JSON (python3 - PATH): an
 // unreadable directory becomes {"error": "..."} as os.listdir failing does
 // in OSWorld's server; exit 3 when PATH is not a directory.

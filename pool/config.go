@@ -12,7 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
 	"go.yaml.in/yaml/v3"
 )
@@ -31,51 +32,51 @@ import (
 //	    screenshot_size: auto
 type Config struct {
 	// Pools are the pools, each with a unique name. At least one.
-	Pools []PoolConfig `yaml:"pools" json:"pools"`
+	Pools []PoolConfig `yaml:"pools"`
 	// Host memory is not declared here: vmm owns admission and refuses a
 	// VM the host cannot hold (vmm.ErrInsufficientResources); the pools
 	// bound only their own counts (PoolConfig.Max).
 	// MaxBoots bounds concurrent boots across all pools. Default 1: under
 	// TCG on 2 cores two boots at once each take more than twice as long.
-	MaxBoots int `yaml:"max_boots,omitempty" json:"max_boots,omitempty"`
+	MaxBoots int `yaml:"max_boots,omitempty"`
 }
 
 // PoolConfig declares one pool.
 type PoolConfig struct {
 	// Name identifies the pool in the API ("pool" of POST /v1/episodes).
 	// Lower-case letters, digits, '-' and '_'. Required.
-	Name string `yaml:"name" json:"name"`
+	Name string `yaml:"name"`
 	// Image is the guest image recipe, e.g. "desktop" or "tiny". Required.
-	Image string `yaml:"image" json:"image"`
+	Image string `yaml:"image"`
 	// MemoryMiB is each VM's RAM; default vmm.DefaultMemoryMiB.
-	MemoryMiB int `yaml:"memory_mib,omitempty" json:"memory_mib"`
+	MemoryMiB int `yaml:"memory_mib,omitempty"`
 	// VCPUs is each VM's virtual CPUs; default vmm.DefaultVCPUs.
-	VCPUs int `yaml:"vcpus,omitempty" json:"vcpus"`
+	VCPUs int `yaml:"vcpus,omitempty"`
 	// Width and Height are the guest screen; default 1280x800.
-	Width  int `yaml:"width,omitempty" json:"width"`
-	Height int `yaml:"height,omitempty" json:"height"`
+	Width  int `yaml:"width,omitempty"`
+	Height int `yaml:"height,omitempty"`
 	// MinWarm is how many unleased ready VMs the pool keeps booted. Default 0.
-	MinWarm int `yaml:"min_warm" json:"min_warm"`
+	MinWarm int `yaml:"min_warm"`
 	// Max bounds the pool's VMs, warm, leased and booting together.
 	// Default max(MinWarm, 1).
-	Max int `yaml:"max,omitempty" json:"max"`
+	Max int `yaml:"max,omitempty"`
 	// ScreenshotSize is what the agent sees on the pool's episodes when a
 	// request names none: "auto", "native" or "WxH". Default "auto".
-	ScreenshotSize string `yaml:"screenshot_size,omitempty" json:"screenshot_size"`
+	ScreenshotSize string `yaml:"screenshot_size,omitempty"`
 	// DefaultTTL is an episode's lease when POST /v1/episodes names no
 	// ttl_s. Default DefaultTTL.
-	DefaultTTL Seconds `yaml:"default_ttl_s,omitempty" json:"default_ttl_s"`
+	DefaultTTL Seconds `yaml:"default_ttl_s,omitempty"`
 	// MaxTTL bounds ttl_s. Default DefaultMaxTTL.
-	MaxTTL Seconds `yaml:"max_ttl_s,omitempty" json:"max_ttl_s"`
+	MaxTTL Seconds `yaml:"max_ttl_s,omitempty"`
 	// Network is the VMs' network (vmm.CreateOptions.Network): "none"
 	// (default: no route anywhere) or "user" (outbound through QEMU's
 	// user-mode stack).
-	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	Network string `yaml:"network,omitempty"`
 	// Forwards are guest TCP ports each VM gets a host port for, on the
 	// host's loopback (picked per VM; the VM's record lists them). With
 	// network none the guest still reaches nothing: the forwards ride a
 	// restricted user-mode stack.
-	Forwards []int `yaml:"forwards,omitempty" json:"forwards,omitempty"`
+	Forwards []int `yaml:"forwards,omitempty"`
 }
 
 // Seconds is a duration written as a number of seconds.
@@ -202,17 +203,14 @@ func (c Config) Validate() error {
 			bad(where+" name", "declared twice")
 		}
 		seen[p.Name] = true
-		if p.Image == "" {
-			bad(where+" image", "required (e.g. desktop or tiny)")
-		}
-		if p.MemoryMiB < vmm.MinMemoryMiB {
-			bad(where+" memory_mib", "%d is below the minimum of %d", p.MemoryMiB, vmm.MinMemoryMiB)
-		}
-		if p.VCPUs < 1 {
-			bad(where+" vcpus", "must be at least 1, got %d", p.VCPUs)
-		}
-		if p.Width < 640 || p.Width > 3840 || p.Height < 480 || p.Height > 2160 || p.Width%8 != 0 {
-			bad(where+" width/height", "%dx%d: want 640x480..3840x2160 with a width that is a multiple of 8", p.Width, p.Height)
+		// What the pool's VMs are made with is checked by vmm's own rules.
+		if _, err := p.createOptions().Normalize(); err != nil {
+			msg := err.Error()
+			var fe *fielderr.Error
+			if errors.As(err, &fe) {
+				msg = fe.Msg
+			}
+			bad(where+" "+fielderr.Field(err), "%s", msg)
 		}
 		if p.MinWarm < 0 {
 			bad(where+" min_warm", "must not be negative, got %d", p.MinWarm)
@@ -220,19 +218,8 @@ func (c Config) Validate() error {
 		if p.Max < 1 || p.Max < p.MinWarm {
 			bad(where+" max", "%d: must be at least 1 and at least min_warm (%d)", p.Max, p.MinWarm)
 		}
-		if _, err := actions.ParseScreenshotSize(p.ScreenshotSize); err != nil {
+		if _, err := player.ParseScreenshotSize(p.ScreenshotSize); err != nil {
 			bad(where+" screenshot_size", "%v (accepted: auto, native, WxH)", err)
-		}
-		if p.Network != "" && p.Network != vmm.NetworkNone && p.Network != vmm.NetworkUser {
-			bad(where+" network", "%q: want %q (default) or %q", p.Network, vmm.NetworkNone, vmm.NetworkUser)
-		}
-		if len(p.Forwards) > vmm.MaxForwards {
-			bad(where+" forwards", "%d forwards; at most %d", len(p.Forwards), vmm.MaxForwards)
-		}
-		for _, g := range p.Forwards {
-			if g < 1 || g > 65535 {
-				bad(where+" forwards", "guest port %d is outside 1..65535", g)
-			}
 		}
 		if p.DefaultTTL <= 0 || p.MaxTTL <= 0 || p.DefaultTTL > p.MaxTTL {
 			bad(where+" default_ttl_s", "%g: must be positive and at most max_ttl_s (%g)", p.DefaultTTL, p.MaxTTL)

@@ -22,62 +22,62 @@ const (
 
 // Episode is one lease of a pool VM.
 type Episode struct {
-	ID    string       `json:"id"`
-	VM    string       `json:"vm"`
-	Pool  string       `json:"pool"`
-	State EpisodeState `json:"state"`
+	ID    string
+	VM    string
+	Pool  string
+	State EpisodeState
 	// Warm is true when a warm VM served the start; false when one was
 	// booted for it (BootSeconds says how long that took).
-	Warm        bool      `json:"warm"`
-	BootSeconds float64   `json:"boot_seconds,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	TTLSeconds  float64   `json:"ttl_s"`
+	Warm        bool
+	BootSeconds float64
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	TTLSeconds  float64
 	// ScreenshotSize is the pool's default for what the agent sees.
-	ScreenshotSize string `json:"screenshot_size"`
+	ScreenshotSize string
 	// CleanStart says the VM was at its ready snapshot, untouched since,
 	// when the episode leased it. The lease state machine refuses to lease
 	// a dirty VM, so it is always true; it is recorded so a client can see it.
-	CleanStart bool `json:"clean_start"`
+	CleanStart bool
 	// ResetBeforeLeaseMS is how long the reset took that made the VM clean
 	// again after something touched it while unleased (or after a restart,
 	// when what happened to it is unknown); 0 when it was clean already.
-	ResetBeforeLeaseMS int64 `json:"reset_before_lease_ms,omitempty"`
+	ResetBeforeLeaseMS int64
 	// Set once ended.
-	EndedAt      *time.Time `json:"ended_at,omitempty"`
-	EndReason    string     `json:"end_reason,omitempty"`
-	ResetSeconds float64    `json:"reset_seconds,omitempty"`
+	EndedAt      *time.Time
+	EndReason    string
+	ResetSeconds float64
 	// VMReplaced is true when the VM could not be reset and was destroyed;
 	// the pool boots a replacement.
-	VMReplaced bool `json:"vm_replaced,omitempty"`
+	VMReplaced bool
 }
 
 // PoolStatus is one pool's config and current sizes.
 type PoolStatus struct {
 	PoolConfig
-	Warm    int `json:"warm"`
-	Leased  int `json:"leased"`
-	Booting int `json:"booting"`
-	Ending  int `json:"ending"` // being reset or destroyed
+	Warm    int
+	Leased  int
+	Booting int
+	Ending  int // being reset or destroyed
 	// VMs are the pool's VMs and their states (warm, leased, resetting),
 	// by id. VMs still booting have no id yet; VMs being destroyed (dead,
 	// failed a reset, evicted) have left the pool and are only counted in
 	// Ending.
-	VMs []MemberStatus `json:"vms"`
+	VMs []MemberStatus
 	// LastError is why the last background boot failed (e.g. vmm refused
 	// it for lack of memory); empty once a boot succeeds. The pool retries
 	// at RetryAt.
-	LastError   string     `json:"last_error,omitempty"`
-	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
-	RetryAt     *time.Time `json:"retry_at,omitempty"`
+	LastError   string
+	LastErrorAt *time.Time
+	RetryAt     *time.Time
 }
 
 // MemberStatus is one pool VM as PoolStatus lists it.
 type MemberStatus struct {
-	VM    string `json:"vm"`
-	State string `json:"state"`
+	VM    string
+	State string
 	// Dirty is true when something touched the VM since its last reset
 	// began; it is reset before it is leased.
-	Dirty   bool   `json:"dirty,omitempty"`
-	Episode string `json:"episode,omitempty"`
+	Dirty   bool
+	Episode string
 }

@@ -52,6 +52,9 @@ pools:
 		"max < min_warm": "pools: [{name: a, image: tiny, min_warm: 3, max: 2}]",
 		"memory":         "pools: [{name: a, image: tiny, memory_mib: 64}]",
 		"width":          "pools: [{name: a, image: tiny, width: 1366, height: 768}]",
+		"height":         "pools: [{name: a, image: tiny, width: 1024, height: 4000}]",
+		"network":        "pools: [{name: a, image: tiny, network: bridge}]",
+		"forward":        "pools: [{name: a, image: tiny, forwards: [0]}]",
 		"size":           "pools: [{name: a, image: tiny, screenshot_size: huge}]",
 		"ttl":            "pools: [{name: a, image: tiny, default_ttl_s: 100, max_ttl_s: 10}]",
 	} {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // StateFileName is the pool state file inside the farm's state dir.
@@ -26,20 +27,94 @@ const StateFileName = "pools.json"
 // also recorded pool membership (now labels); it is read once and migrated.
 const stateVersion = 2
 
-// persisted is the state file's content.
+// persisted is the state the file keeps, as the Manager holds it.
 type persisted struct {
-	Version int `json:"version"`
+	Version int
 	// Episodes are the live leases (active or ending).
-	Episodes []Episode `json:"episodes"`
+	Episodes []Episode
 	// Ended are recently ended episodes, newest last, kept so that a call on
 	// one is answered "ended" (and why) rather than "not found".
-	Ended []Episode `json:"ended,omitempty"`
+	Ended []Episode
 	// Members is version 1's pool membership by VM id; read for migration only.
-	Members map[string]persistedMember `json:"members,omitempty"`
+	Members map[string]persistedMember
 }
 
 type persistedMember struct {
 	Pool string `json:"pool"`
+}
+
+// stateRecord is the state file's format. It is the file's own, apart from
+// Episode (which carries no tags) and from the API's api.Episode: the names
+// are those versions 1 and 2 wrote, so a file from an older deskfarm loads.
+type stateRecord struct {
+	Version  int                        `json:"version"`
+	Episodes []episodeRecord            `json:"episodes"`
+	Ended    []episodeRecord            `json:"ended,omitempty"`
+	Members  map[string]persistedMember `json:"members,omitempty"`
+}
+
+// episodeRecord is one Episode in the state file.
+type episodeRecord struct {
+	ID                 string       `json:"id"`
+	VM                 string       `json:"vm"`
+	Pool               string       `json:"pool"`
+	State              EpisodeState `json:"state"`
+	Warm               bool         `json:"warm"`
+	BootSeconds        float64      `json:"boot_seconds,omitempty"`
+	CreatedAt          time.Time    `json:"created_at"`
+	ExpiresAt          time.Time    `json:"expires_at"`
+	TTLSeconds         float64      `json:"ttl_s"`
+	ScreenshotSize     string       `json:"screenshot_size"`
+	CleanStart         bool         `json:"clean_start"`
+	ResetBeforeLeaseMS int64        `json:"reset_before_lease_ms,omitempty"`
+	EndedAt            *time.Time   `json:"ended_at,omitempty"`
+	EndReason          string       `json:"end_reason,omitempty"`
+	ResetSeconds       float64      `json:"reset_seconds,omitempty"`
+	VMReplaced         bool         `json:"vm_replaced,omitempty"`
+}
+
+func recordOf(e Episode) episodeRecord {
+	return episodeRecord{ID: e.ID, VM: e.VM, Pool: e.Pool, State: e.State, Warm: e.Warm, BootSeconds: e.BootSeconds,
+		CreatedAt: e.CreatedAt, ExpiresAt: e.ExpiresAt, TTLSeconds: e.TTLSeconds, ScreenshotSize: e.ScreenshotSize,
+		CleanStart: e.CleanStart, ResetBeforeLeaseMS: e.ResetBeforeLeaseMS, EndedAt: e.EndedAt, EndReason: e.EndReason,
+		ResetSeconds: e.ResetSeconds, VMReplaced: e.VMReplaced}
+}
+
+func (r episodeRecord) episode() Episode {
+	return Episode{ID: r.ID, VM: r.VM, Pool: r.Pool, State: r.State, Warm: r.Warm, BootSeconds: r.BootSeconds,
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, TTLSeconds: r.TTLSeconds, ScreenshotSize: r.ScreenshotSize,
+		CleanStart: r.CleanStart, ResetBeforeLeaseMS: r.ResetBeforeLeaseMS, EndedAt: r.EndedAt, EndReason: r.EndReason,
+		ResetSeconds: r.ResetSeconds, VMReplaced: r.VMReplaced}
+}
+
+func recordsOf(eps []Episode) []episodeRecord {
+	if eps == nil {
+		return nil
+	}
+	out := make([]episodeRecord, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, recordOf(e))
+	}
+	return out
+}
+
+func episodesOf(rs []episodeRecord) []Episode {
+	if rs == nil {
+		return nil
+	}
+	out := make([]Episode, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.episode())
+	}
+	return out
+}
+
+func (p persisted) record() stateRecord {
+	return stateRecord{Version: p.Version, Episodes: recordsOf(p.Episodes), Ended: recordsOf(p.Ended), Members: p.Members}
+}
+
+func (r stateRecord) persisted() persisted {
+	return persisted{Version: r.Version, Episodes: episodesOf(r.Episodes), Ended: episodesOf(r.Ended), Members: r.Members}
 }
 
 // stateFile reads and atomically replaces the state file. Writes are
@@ -61,17 +136,18 @@ type snapshot struct {
 }
 
 func (s *stateFile) load() (persisted, error) {
-	var p persisted
+	var r stateRecord
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return persisted{Version: stateVersion}, nil
 	}
 	if err != nil {
-		return p, fmt.Errorf("read pool state %s: %w", s.path, err)
+		return persisted{}, fmt.Errorf("read pool state %s: %w", s.path, err)
 	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("parse pool state %s: %w", s.path, err)
+	if err := json.Unmarshal(b, &r); err != nil {
+		return persisted{}, fmt.Errorf("parse pool state %s: %w", s.path, err)
 	}
+	p := r.persisted()
 	if p.Version != stateVersion && p.Version != 1 {
 		return p, fmt.Errorf("pool state %s: version %d, want %d", s.path, p.Version, stateVersion)
 	}
@@ -97,7 +173,7 @@ func (s *stateFile) write(snap snapshot) error {
 // the state file and fsyncs the dir: a reader sees the old or the new
 // state, never a torn one.
 func (s *stateFile) save(p persisted) error {
-	b, err := json.MarshalIndent(p, "", "  ")
+	b, err := json.MarshalIndent(p.record(), "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode pool state: %w", err)
 	}

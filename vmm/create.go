@@ -20,50 +20,52 @@ import (
 // state) or wait-display and snapshot (a boot), wait-agent, and mark-ready.
 // A failure undoes the finished steps in reverse, so nothing is left.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
-	if err := m.validate(&opts); err != nil {
+	opts, err := opts.Normalize()
+	if err != nil {
 		return VM{}, err
 	}
-	if err := ValidateLabels(opts.Labels); err != nil {
+	if err := m.checkHost(opts); err != nil {
 		return VM{}, err
 	}
 	img, err := m.cfg.Images.Resolve(opts.Image)
 	if err != nil {
-		return VM{}, &fielderr.Error{Field: "image", Msg: err.Error(), Errs: []error{err}}
+		return VM{}, &fielderr.Error{Path: fielderr.Name("image"), Msg: err.Error(), Errs: []error{err}}
 	}
-	c := m.newCreation(img, opts)
-	mc := c.mc
+	mc, tmpl := m.newMachine(img, opts)
 	// Locked before it is visible: a Destroy of the new id must wait for
 	// the create to finish or unwind.
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
+	mc.op.Lock()
+	defer mc.op.Unlock()
 	if err := m.admit(mc); err != nil {
 		return VM{}, err
 	}
-	// admit picked the host ports asked for as 0.
-	c.spec.Meta, c.spec.Forwards = mc.meta, mc.meta.Forwards
+	c := m.newCreation(mc, img, opts, tmpl)
 	c.log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs,
-		"accel", m.accel, "start", mc.meta.Start)
+		"accel", m.accel, "start", mc.spec.Start)
 	if err := runSteps(ctx, c.log, c.steps()); err != nil {
 		m.mu.Lock()
-		delete(m.vms, mc.meta.ID)
+		delete(m.vms, mc.spec.ID)
 		m.mu.Unlock()
-		mc.gone = true
+		mc.with(func(st *machineState) { st.gone = true })
 		mc.stop()
 		if c.defined {
 			m.publish(EventDestroyed, mc, "create failed")
 		}
-		return VM{}, fmt.Errorf("create vm %s (image %s): %w", mc.meta.ID, img.Name, err)
+		return VM{}, fmt.Errorf("create vm %s (image %s): %w", mc.spec.ID, img.Name, err)
 	}
 	c.log.Info("vm ready", "op", "create", "duration", time.Since(c.start).Round(time.Millisecond))
 	m.publish(EventReady, mc, "")
-	return m.describe(mc), nil
+	return mc.describe(), nil
 }
 
 // creation is one Create in progress: what it makes and the lifecycle steps
-// that make it, each a method with its undo.
+// that make it, each a method with its undo. The steps run under mc.op,
+// which Create holds exclusively; h are the handles they make, published to
+// mc's state as each is made.
 type creation struct {
 	m    *Manager
 	mc   *machine
+	h    handles
 	img  BaseImage
 	opts CreateOptions
 	spec domainSpec
@@ -76,17 +78,34 @@ type creation struct {
 	defined   bool // the domain exists (EventCreated was published)
 }
 
-func (m *Manager) newCreation(img BaseImage, opts CreateOptions) *creation {
+// newMachine returns the record of a new VM made with opts (normalised) and
+// the saved ready state of VMs like it.
+func (m *Manager) newMachine(img BaseImage, opts CreateOptions) (*machine, string) {
 	id := newID()
-	dir := m.vmDir(id)
-	mc := &machine{mem: opts.MemoryMiB, stopWatch: make(chan struct{}), meta: metadata{ID: id, Image: img.Name, ImageHash: img.Hash, State: StateCreating, Dir: dir,
+	spec := machineSpec{ID: id, Image: img.Name, ImageHash: img.Hash, Dir: m.vmDir(id),
 		Accel: m.accel, Width: opts.Width, Height: opts.Height, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
-		Created: time.Now().UTC().Truncate(time.Second), Network: opts.Network, Forwards: slices.Clone(opts.Forwards)}}
-	for k, v := range opts.Labels {
-		mc.meta.setLabel(k, v)
+		Created: time.Now().UTC().Truncate(time.Second), Network: opts.Network, Forwards: slices.Clone(opts.Forwards),
+		Start: StartBoot}
+	// A VM of the same image and size made before left its ready state (RAM,
+	// devices and disk, as an internal snapshot in a copy of its overlay):
+	// start from a copy of that instead of booting.
+	tmpl := m.templatePath(img, opts)
+	if !opts.Boot && fileExists(tmpl) {
+		spec.Start = StartSavedState
 	}
-	c := &creation{m: m, mc: mc, img: img, opts: opts, log: m.log.With("vm", id), start: time.Now()}
-	c.spec = domainSpec{Name: DomainPrefix + id, Meta: mc.meta, Accel: m.accel, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
+	var labels []label
+	for k, v := range opts.Labels {
+		labels = setLabel(labels, k, v)
+	}
+	return &machine{spec: spec, stopWatch: make(chan struct{}), st: machineState{state: StateCreating, labels: labels}}, tmpl
+}
+
+// newCreation plans the making of mc, once admitted (its spec is final).
+func (m *Manager) newCreation(mc *machine, img BaseImage, opts CreateOptions, tmpl string) *creation {
+	id, dir := mc.spec.ID, mc.spec.Dir
+	c := &creation{m: m, mc: mc, img: img, opts: opts, log: m.log.With("vm", id), start: time.Now(),
+		tmpl: tmpl, fromSaved: mc.spec.Start == StartSavedState}
+	c.spec = domainSpec{Name: DomainPrefix + id, Meta: mc.metadata(), Accel: m.accel, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
 		Kernel: img.Kernel, Initrd: img.Initrd,
 		// init_on_free zeroes freed guest pages, which QEMU's savevm stores
 		// as one flag each: the ready snapshot shrinks (desktop: 244 to
@@ -96,24 +115,17 @@ func (m *Manager) newCreation(img BaseImage, opts CreateOptions) *creation {
 		Overlay:     filepath.Join(dir, "disk.qcow2"),
 		VNCSocket:   filepath.Join(dir, "vnc.sock"),
 		SessionSock: filepath.Join(dir, "session.sock"),
-		ConsoleLog:  filepath.Join(dir, "console.log"),
+		ConsoleLog:  mc.consoleLog(),
 		Emulator:    m.cfg.Emulator,
 		Security:    m.security,
-		Network:     opts.Network,
-		Forwards:    opts.Forwards,
+		Network:     mc.spec.Network,
+		Forwards:    mc.spec.Forwards, // with the host ports admit picked
 	}
-	// A VM of the same image and size made before left its ready state (RAM,
-	// devices and disk, as an internal snapshot in a copy of its overlay):
-	// start from a copy of that instead of booting.
-	c.tmpl = m.templatePath(img, opts)
-	c.fromSaved = !opts.Boot && fileExists(c.tmpl)
-	mc.meta.Start = StartBoot
-	if c.fromSaved {
-		mc.meta.Start = StartSavedState
-	}
-	c.spec.Meta = mc.meta
 	return c
 }
+
+// setHandles publishes the handles made so far to mc's state.
+func (c *creation) setHandles() { c.mc.with(func(st *machineState) { st.handles = c.h }) }
 
 // steps lists the lifecycle steps in order.
 func (c *creation) steps() []step {
@@ -145,13 +157,13 @@ func (c *creation) steps() []step {
 
 // alive fails with ErrDead once the VM's QEMU is gone.
 func (c *creation) alive(ctx context.Context) func() error {
-	return func() error { return c.m.checkAlive(ctx, c.mc, c.spec.ConsoleLog) }
+	return func() error { return c.m.checkAlive(ctx, c.mc) }
 }
 
 // overlay makes the VM directory and its disk: a copy of the saved ready
 // state, or a fresh qcow2 overlay on the base image.
 func (c *creation) overlay(context.Context) error {
-	dir := c.mc.meta.Dir
+	dir := c.mc.spec.Dir
 	var err error
 	if c.fromSaved {
 		err = c.m.copyOverlay(dir, c.tmpl, c.spec.Overlay)
@@ -166,7 +178,7 @@ func (c *creation) overlay(context.Context) error {
 	return err
 }
 
-func (c *creation) undoOverlay(context.Context) error { return os.RemoveAll(c.mc.meta.Dir) }
+func (c *creation) undoOverlay(context.Context) error { return os.RemoveAll(c.mc.spec.Dir) }
 
 // define defines the libvirt domain; from here on the VM is visible to
 // libvirt and EventCreated is published.
@@ -175,16 +187,17 @@ func (c *creation) define(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mc.dom, err = c.m.hv.defineDomain(ctx, xml)
+	c.h.dom, err = c.m.hv.defineDomain(ctx, xml)
 	if err != nil {
 		return err
 	}
+	c.setHandles()
 	c.defined = true
 	c.m.publish(EventCreated, c.mc, "")
 	return nil
 }
 
-func (c *creation) undoDefine(ctx context.Context) error { return c.m.hv.undefineDomain(ctx, c.mc.dom) }
+func (c *creation) undoDefine(ctx context.Context) error { return c.m.hv.undefineDomain(ctx, c.h.dom) }
 
 // startDomain starts QEMU and connects the session channel at once: QEMU
 // drops what the guest writes to the session port while no one is connected
@@ -192,33 +205,35 @@ func (c *creation) undoDefine(ctx context.Context) error { return c.m.hv.undefin
 func (c *creation) startDomain(ctx context.Context) error {
 	// From saved state QEMU starts paused: no guest code runs before loadvm
 	// replaces RAM.
-	if err := c.m.hv.startDomain(ctx, c.mc.dom, c.fromSaved); err != nil {
+	if err := c.m.hv.startDomain(ctx, c.h.dom, c.fromSaved); err != nil {
 		return err
 	}
-	id := c.mc.meta.ID
-	c.mc.agent = &agent{hv: c.m.hv, dom: c.mc.dom, vm: id}
-	c.mc.mon = &monitor{hv: c.m.hv, dom: c.mc.dom, vm: id}
+	id := c.mc.spec.ID
+	c.h.agent = &agent{hv: c.m.hv, dom: c.h.dom, vm: id}
+	c.h.mon = &monitor{hv: c.m.hv, dom: c.h.dom, vm: id}
+	c.setHandles()
 	c.m.watchProcess(c.mc)
 	sess, err := dialSession(ctx, id, c.spec.SessionSock, c.alive(ctx))
-	c.mc.session = sess
+	c.h.session = sess
+	c.setHandles()
 	return err
 }
 
 func (c *creation) undoStart(ctx context.Context) error {
-	if c.mc.session != nil {
-		c.mc.session.close()
+	if c.h.session != nil {
+		c.h.session.close()
 	}
-	return ignoreNotRunning(c.m.hv.destroyDomain(ctx, c.mc.dom))
+	return ignoreNotRunning(c.m.hv.destroyDomain(ctx, c.h.dom))
 }
 
 // restore loads the saved ready state into the paused QEMU and runs it.
 func (c *creation) restore(ctx context.Context) error {
 	t := time.Now()
-	if err := c.mc.mon.loadVM(ctx, readySnapshot); err != nil {
+	if err := c.h.mon.loadVM(ctx, readySnapshot); err != nil {
 		return err
 	}
 	c.log.Debug("loadvm done", "op", "restore", "duration", time.Since(t).Round(time.Millisecond))
-	return c.mc.mon.cont(ctx)
+	return c.h.mon.cont(ctx)
 }
 
 // waitDisplay waits, within Config.BootTimeout, for the guest to say its
@@ -226,14 +241,14 @@ func (c *creation) restore(ctx context.Context) error {
 func (c *creation) waitDisplay(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.m.cfg.BootTimeout)
 	defer cancel()
-	return c.mc.session.waitReady(ctx, c.alive(ctx))
+	return c.h.session.waitReady(ctx, c.alive(ctx))
 }
 
 // waitAgent waits, within Config.AgentTimeout, for the guest agent.
 func (c *creation) waitAgent(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.m.cfg.AgentTimeout)
 	defer cancel()
-	return c.mc.agent.waitReady(ctx, c.alive(ctx))
+	return c.h.agent.waitReady(ctx, c.alive(ctx))
 }
 
 // guestNetworkScript gives the guest's NIC QEMU user-mode networking's
@@ -256,7 +271,7 @@ done`
 // image without systemd-networkd keeps an unconfigured NIC: logged, not
 // fatal, as the VM is otherwise usable.
 func (c *creation) guestNetwork(ctx context.Context) error {
-	res, err := c.mc.agent.exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", guestNetworkScript}, Timeout: 60 * time.Second})
+	res, err := c.h.agent.exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", guestNetworkScript}, Timeout: 60 * time.Second})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
@@ -268,12 +283,12 @@ func (c *creation) guestNetwork(ctx context.Context) error {
 
 // clock sets the guest clock, which stood still while the guest was paused
 // or saved.
-func (c *creation) clock(ctx context.Context) error { return c.m.setClock(ctx, c.mc) }
+func (c *creation) clock(ctx context.Context) error { return c.m.setClock(ctx, c.mc, c.h) }
 
 // snapshot takes the ready snapshot resets return to (and keeps the saved
 // ready state for later VMs), then sets the clock.
 func (c *creation) snapshot(ctx context.Context) error {
-	c.m.shrinkRAM(ctx, c.mc)
+	c.m.shrinkRAM(ctx, c.mc, c.h.agent)
 	if err := c.m.snapshotReady(ctx, c.mc, c.tmpl); err != nil {
 		return err
 	}
@@ -283,11 +298,11 @@ func (c *creation) snapshot(ctx context.Context) error {
 // markReady records the VM as ready in its domain metadata, where a
 // restarted deskfarm finds it.
 func (c *creation) markReady(ctx context.Context) error {
-	c.mc.meta.State = StateReady
-	c.mc.meta.BootSeconds = time.Since(c.start).Seconds()
-	if err := c.m.saveMeta(ctx, c.mc); err != nil {
-		c.mc.meta.State = StateCreating
+	md := c.mc.metadata()
+	md.State, md.BootSeconds = StateReady, time.Since(c.start).Seconds()
+	if err := c.m.saveMeta(ctx, c.mc, md); err != nil {
 		return err
 	}
+	c.mc.with(func(st *machineState) { st.state, st.bootSeconds = md.State, md.BootSeconds })
 	return nil
 }

@@ -10,10 +10,22 @@
 // Files, by concern:
 //   - api.go, events.go, bus.go, errors.go: the contract (Farm, VM, Event,
 //     sentinels).
-//   - manager.go: Manager, admission (Config.MemoryLimitMiB, Capacity),
-//     Destroy, Reset and the guest calls; create.go: Create as named steps
-//     (overlay, define, start, restore | wait-display + snapshot,
-//     wait-agent, mark-ready) run by steps.go's runSteps with reverse undo.
+//   - manager.go: Config, Manager, List and Get; machine.go: one VM's
+//     record and its locking (an immutable spec read without locks, the
+//     state that changes under one mutex, and an op lock that orders
+//     lifecycle changes against guest calls).
+//   - options.go: CreateOptions, normalised once (Normalize) by every
+//     caller, web included; network.go: network modes, forwards and the
+//     host ports they take; admission.go: the host's limits (CPUs,
+//     Config.MemoryLimitMiB, Capacity) and registering a new VM.
+//   - create.go: Create as named steps (overlay, define, start, restore |
+//     wait-display + snapshot, wait-agent, mark-ready) run by steps.go's
+//     runSteps with reverse undo; qemuimg.go: the overlay on the base;
+//     savedstate.go: saved ready states later VMs start from, and their
+//     names; files.go: the state dir's layout and file modes.
+//   - guestcalls.go: Reset and the calls into the guest; alive.go: naming a
+//     dead QEMU when a call fails; teardown.go: Destroy and removing what
+//     is left of a VM.
 //   - libvirt.go: the hypervisor interface and its go-libvirt
 //     implementation. Every call takes a context; one goroutine owns the
 //     connection and redials libvirtd with backoff, callers wait for it on
@@ -26,7 +38,8 @@
 //     included) and removes half-made ones and orphan directories.
 //   - agent.go, agentproto.go: the guest agent; monitor.go: QEMU's human
 //     monitor (savevm/loadvm); session.go: deskfarm's own guest channel.
-//   - domainxml.go: the domain definition and deskfarm's metadata in it.
+//   - domainxml.go: the domain definition and deskfarm's metadata in it;
+//     security.go: the host's sVirt model.
 //
 // Security: VM directories, overlays and saved ready states are readable by
 // the QEMU user (or root) alone; guests have no network unless created with

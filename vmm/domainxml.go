@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"text/template"
-	"time"
 )
 
 // metadataNS is the XML namespace of deskfarm's domain metadata; metadataKey
@@ -19,25 +18,14 @@ const (
 	DomainPrefix = "deskfarm-"
 )
 
-// metadata is what deskfarm records on each domain.
+// metadata is what deskfarm records on each domain: the VM's spec and the
+// state a restarted deskfarm needs.
 type metadata struct {
-	XMLName     xml.Name  `xml:"vm"`
-	ID          string    `xml:"id"`
-	Image       string    `xml:"image"`
-	ImageHash   string    `xml:"image-hash"`
-	State       State     `xml:"state"`
-	Dir         string    `xml:"dir"`
-	Accel       string    `xml:"accel"`
-	Width       int       `xml:"width"`
-	Height      int       `xml:"height"`
-	MemoryMiB   int       `xml:"memory-mib"`
-	VCPUs       int       `xml:"vcpus"`
-	Created     time.Time `xml:"created"`
-	BootSeconds float64   `xml:"boot-seconds"`
-	Start       string    `xml:"start"`
-	Labels      []label   `xml:"label,omitempty"`
-	Network     string    `xml:"network,omitempty"`
-	Forwards    []Forward `xml:"forward,omitempty"`
+	XMLName xml.Name `xml:"vm"`
+	machineSpec
+	State       State   `xml:"state"`
+	BootSeconds float64 `xml:"boot-seconds"`
+	Labels      []label `xml:"label,omitempty"`
 }
 
 // label is one VM label in the metadata: <label key="pool">desktop</label>.
@@ -46,30 +34,34 @@ type label struct {
 	Value string `xml:",chardata"`
 }
 
-func (m metadata) labelMap() map[string]string {
-	if len(m.Labels) == 0 {
+func labelMap(ls []label) map[string]string {
+	if len(ls) == 0 {
 		return nil
 	}
-	out := make(map[string]string, len(m.Labels))
-	for _, l := range m.Labels {
+	out := make(map[string]string, len(ls))
+	for _, l := range ls {
 		out[l.Key] = l.Value
 	}
 	return out
 }
 
-// setLabel sets or, with an empty value, removes a label, keeping keys sorted.
-func (m *metadata) setLabel(key, value string) {
-	ls := m.Labels[:0:0]
-	for _, l := range m.Labels {
+// setLabel returns ls with key set or, with an empty value, removed, keys
+// sorted; ls itself is not changed.
+func setLabel(ls []label, key, value string) []label {
+	out := make([]label, 0, len(ls)+1)
+	for _, l := range ls {
 		if l.Key != key {
-			ls = append(ls, l)
+			out = append(out, l)
 		}
 	}
 	if value != "" {
-		ls = append(ls, label{Key: key, Value: value})
+		out = append(out, label{Key: key, Value: value})
 	}
-	sort.Slice(ls, func(i, j int) bool { return ls[i].Key < ls[j].Key })
-	m.Labels = ls
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // marshal renders the metadata element with deskfarm's namespace, as

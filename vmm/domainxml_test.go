@@ -9,9 +9,10 @@ import (
 )
 
 func TestMetadataRoundTrip(t *testing.T) {
-	m := metadata{ID: "ab12", Image: "tiny", ImageHash: "ff", State: StateReady, Dir: "/var/lib/deskfarm/vms/ab12",
-		Accel: "tcg", Width: 1280, Height: 800, MemoryMiB: 512, VCPUs: 1, Created: time.Unix(1700000000, 0).UTC(), BootSeconds: 9.5,
-		Labels: []label{{Key: "episode", Value: "ep-1"}, {Key: "pool", Value: "desktop"}}}
+	m := metadata{machineSpec: machineSpec{ID: "ab12", Image: "tiny", ImageHash: "ff", Dir: "/var/lib/deskfarm/vms/ab12",
+		Accel: "tcg", Width: 1280, Height: 800, MemoryMiB: 512, VCPUs: 1, Created: time.Unix(1700000000, 0).UTC(), Start: StartBoot,
+		Network: NetworkUser, Forwards: []Forward{{GuestPort: 22, HostPort: 2222}}},
+		State: StateReady, BootSeconds: 9.5, Labels: []label{{Key: "episode", Value: "ep-1"}, {Key: "pool", Value: "desktop"}}}
 	s, err := m.marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -30,13 +31,27 @@ func TestMetadataRoundTrip(t *testing.T) {
 			t.Fatalf("round trip: got %+v want %+v", got, m)
 		}
 	}
+	// What deskfarm wrote before the spec was split from the state (its
+	// elements in the old order): a restarted deskfarm still adopts such VMs.
+	old := `<vm xmlns="` + metadataNS + `"><id>ab12</id><image>tiny</image><image-hash>ff</image-hash><state>ready</state>` +
+		`<dir>/var/lib/deskfarm/vms/ab12</dir><accel>tcg</accel><width>1280</width><height>800</height><memory-mib>512</memory-mib>` +
+		`<vcpus>1</vcpus><created>2023-11-14T22:13:20Z</created><boot-seconds>9.5</boot-seconds><start>boot</start>` +
+		`<label key="episode">ep-1</label><label key="pool">desktop</label><network>user</network>` +
+		`<forward guest-port="22" host-port="2222"></forward></vm>`
+	got, err := parseMetadata(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("old form: got %+v want %+v", got, m)
+	}
 	if _, err := parseMetadata("<vm></vm>"); err == nil {
 		t.Fatal("metadata without id accepted")
 	}
 }
 
 func TestDomainXMLIsWellFormed(t *testing.T) {
-	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{ID: "x", Image: "tiny"}, Accel: "tcg", MemoryMiB: 256, VCPUs: 1,
+	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{machineSpec: machineSpec{ID: "x", Image: "tiny"}}, Accel: "tcg", MemoryMiB: 256, VCPUs: 1,
 		Kernel: "/k", Initrd: "/i", Cmdline: "console=ttyS0 a='b' <c>", Overlay: "/o & p", VNCSocket: "/v", SessionSock: "/s",
 		ConsoleLog: "/c", Emulator: "/usr/bin/qemu-system-x86_64"}
 	s, err := domainXML(spec)
@@ -92,7 +107,7 @@ func renderView(t *testing.T, spec domainSpec) domainView {
 // By default a guest has no network device of any kind; user mode adds one
 // NIC whose forwards listen on the host's loopback only.
 func TestDomainXMLNetwork(t *testing.T) {
-	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{ID: "x"}, Accel: "tcg", Network: NetworkNone}
+	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{machineSpec: machineSpec{ID: "x"}}, Accel: "tcg", Network: NetworkNone}
 	if v := renderView(t, spec); len(v.Interfaces) != 0 || len(v.Args) != 0 {
 		t.Fatalf("network none: %+v", v)
 	}
@@ -119,7 +134,7 @@ func TestDomainXMLNetwork(t *testing.T) {
 // On a host with AppArmor or SELinux each QEMU gets a dynamic sVirt label;
 // without, labelling is off. DAC relabelling is off either way.
 func TestDomainXMLSecurity(t *testing.T) {
-	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{ID: "x"}, Accel: "tcg"}
+	spec := domainSpec{Name: "deskfarm-x", Meta: metadata{machineSpec: machineSpec{ID: "x"}}, Accel: "tcg"}
 	v := renderView(t, spec)
 	if len(v.SecLabels) != 1 || v.SecLabels[0].Type != "none" || v.SecLabels[0].Model != "" {
 		t.Fatalf("no MAC: %+v", v.SecLabels)

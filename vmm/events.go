@@ -2,7 +2,6 @@ package vmm
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -46,19 +45,24 @@ type Event struct {
 // Publishing never waits for a subscriber.
 func (m *Manager) Subscribe(ctx context.Context) <-chan Event { return m.events.Subscribe(ctx) }
 
-// publish sends an event about mc; callers hold mc.mu.
+// publish sends an event about mc; callers hold mc.op exclusively, which
+// keeps one VM's events in order.
 func (m *Manager) publish(kind EventKind, mc *machine, reason string) {
-	m.events.Publish(Event{Kind: kind, VM: m.describe(mc), At: time.Now(), Reason: reason})
+	m.events.Publish(Event{Kind: kind, VM: mc.describe(), At: time.Now(), Reason: reason})
 }
 
 // markBroken marks mc unusable and, the first time, publishes EventDied.
-// Callers hold mc.mu exclusively.
+// Callers hold mc.op exclusively.
 func (m *Manager) markBroken(mc *machine, reason string) {
-	if mc.meta.State == StateBroken {
+	first := false
+	mc.with(func(st *machineState) {
+		first = st.state != StateBroken
+		st.state = StateBroken
+	})
+	if !first {
 		return
 	}
-	mc.meta.State = StateBroken
-	m.log.Warn("vm broken", "vm", mc.meta.ID, "op", "died", "reason", reason)
+	m.log.Warn("vm broken", "vm", mc.spec.ID, "op", "died", "reason", reason)
 	m.publish(EventDied, mc, reason)
 }
 
@@ -68,20 +72,16 @@ func (m *Manager) SetLabel(ctx context.Context, id, key, value string) error {
 	if err := ValidateLabels(map[string]string{key: value}); err != nil {
 		return err
 	}
-	mc, err := m.lookup(id)
+	mc, _, err := m.change(id)
 	if err != nil {
 		return err
 	}
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	if mc.gone {
-		return fmt.Errorf("vm %q: %w", id, ErrNotFound)
-	}
-	old := mc.meta.Labels
-	mc.meta.setLabel(key, value)
-	if err := m.saveMeta(ctx, mc); err != nil {
-		mc.meta.Labels = old
+	defer mc.op.Unlock()
+	md := mc.metadata()
+	md.Labels = setLabel(md.Labels, key, value)
+	if err := m.saveMeta(ctx, mc, md); err != nil {
 		return err
 	}
+	mc.with(func(st *machineState) { st.labels = md.Labels })
 	return nil
 }

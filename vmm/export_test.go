@@ -14,7 +14,7 @@ func MonitorForTest(ctx context.Context, m *Manager, id, cmd string) (string, er
 	if err != nil {
 		return "", err
 	}
-	return m.hv.monitorHMP(ctx, mc.dom, cmd)
+	return m.hv.monitorHMP(ctx, mc.handles().dom, cmd)
 }
 
 // AgentForTest sends a raw guest agent command and returns its raw reply.
@@ -23,7 +23,7 @@ func AgentForTest(ctx context.Context, m *Manager, id, cmd string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	return m.hv.agentCommand(ctx, mc.dom, cmd, false)
+	return m.hv.agentCommand(ctx, mc.handles().dom, cmd, false)
 }
 
 // TestdataDir is vmm's testdata directory.

@@ -2,7 +2,7 @@ package vmm
 
 // Calls on a ready VM: reset to its ready snapshot, programs and files in
 // the guest through the agent, resource counters and the screendump
-// baseline. Lifecycle (create, destroy, recovery) is in manager.go.
+// baseline. Lifecycle: create.go, teardown.go, recover.go.
 
 import (
 	"context"
@@ -24,19 +24,16 @@ import (
 // be running, leaves the VM StateBroken (EventDied): its guest state is
 // unknown.
 func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
-	mc, err := m.lookup(id)
+	mc, st, err := m.change(id)
 	if err != nil {
 		return ResetResult{}, err
 	}
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	if mc.gone {
-		return ResetResult{}, fmt.Errorf("vm %q: %w", id, ErrNotFound)
-	}
-	if mc.meta.State != StateReady {
+	defer mc.op.Unlock()
+	h := st.handles
+	if st.state != StateReady {
 		return ResetResult{}, m.notReadyErr(mc, "reset")
 	}
-	if err := m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")); err != nil {
+	if err := m.checkAlive(ctx, mc); err != nil {
 		if ctx.Err() == nil {
 			m.markBroken(mc, "dead at reset")
 			return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
@@ -45,7 +42,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 	}
 	// The previous reset's reopen, if it is still going, ends first: one
 	// reopen at a time per VM.
-	if err := mc.agent.awaitOpen(ctx); err != nil {
+	if err := h.agent.awaitOpen(ctx); err != nil {
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
 	}
 	start := time.Now()
@@ -53,24 +50,24 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 	// missed; the subscription ends with the reopen, which outlives the
 	// reset (bounded by AgentTimeout and by the VM's life).
 	rctx, rcancel := context.WithTimeout(context.Background(), m.cfg.AgentTimeout)
-	agentEvs, err := m.hv.agentEvents(rctx, mc.dom)
+	agentEvs, err := m.hv.agentEvents(rctx, h.dom)
 	if err != nil {
 		m.log.Warn("no guest agent events; waiting on pings alone", "vm", id, "op", "reset", "err", err)
 	}
-	mc.agent.hold()
-	if err := mc.mon.loadVM(ctx, readySnapshot); err != nil {
+	h.agent.hold()
+	if err := h.mon.loadVM(ctx, readySnapshot); err != nil {
 		rcancel()
-		mc.agent.release()
+		h.agent.release()
 		m.markBroken(mc, "loadvm failed: "+err.Error())
 		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
 	loaded := time.Since(start)
-	go m.reopenAgent(rctx, rcancel, mc, agentEvs, start)
-	if err := m.setClock(ctx, mc); err != nil {
+	go m.reopenAgent(rctx, rcancel, mc, h.agent, agentEvs, start)
+	if err := m.setClock(ctx, mc, h); err != nil {
 		m.markBroken(mc, "clock after reset failed")
 		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(ctx, mc, err))
 	}
-	mc.resets++
+	mc.with(func(st *machineState) { st.resets++ })
 	m.publish(EventReset, mc, "")
 	d := time.Since(start)
 	m.log.Info("vm reset", "vm", id, "op", "reset", "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
@@ -89,9 +86,9 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 // If the reopen fails (no answer within AgentTimeout), the gate opens anyway
 // and calls meet the agent's own error. It ends early when the VM goes away
 // or the Manager closes (mc.stopWatch).
-func (m *Manager) reopenAgent(ctx context.Context, cancel context.CancelFunc, mc *machine, evs <-chan agentState, start time.Time) {
+func (m *Manager) reopenAgent(ctx context.Context, cancel context.CancelFunc, mc *machine, ag *agent, evs <-chan agentState, start time.Time) {
 	defer cancel()
-	defer mc.agent.release()
+	defer ag.release()
 	if mc.stopWatch != nil {
 		stop := mc.stopWatch
 		go func() {
@@ -104,16 +101,16 @@ func (m *Manager) reopenAgent(ctx context.Context, cancel context.CancelFunc, mc
 	}
 	if evs != nil {
 		if err := m.awaitAgentReopen(ctx, mc, evs); err != nil {
-			m.log.Warn("guest agent not reopened after reset", "vm", mc.meta.ID, "op", "reset", "err", err)
+			m.log.Warn("guest agent not reopened after reset", "vm", mc.spec.ID, "op", "reset", "err", err)
 			return
 		}
 	}
-	died := func() error { return m.checkAlive(ctx, mc, filepath.Join(mc.meta.Dir, "console.log")) }
-	if err := mc.agent.waitReady(ctx, died); err != nil {
-		m.log.Warn("guest agent did not answer after reset", "vm", mc.meta.ID, "op", "reset", "err", err)
+	died := func() error { return m.checkAlive(ctx, mc) }
+	if err := ag.waitReady(ctx, died); err != nil {
+		m.log.Warn("guest agent did not answer after reset", "vm", mc.spec.ID, "op", "reset", "err", err)
 		return
 	}
-	m.log.Debug("guest agent answers after reset", "vm", mc.meta.ID, "op", "reset",
+	m.log.Debug("guest agent answers after reset", "vm", mc.spec.ID, "op", "reset",
 		"after_loadvm", time.Since(start).Round(time.Millisecond))
 }
 
@@ -161,7 +158,7 @@ func (m *Manager) awaitAgentReopen(ctx context.Context, mc *machine, evs <-chan 
 		case st, ok := <-evs:
 			if !ok {
 				if ctx.Err() != nil {
-					return fmt.Errorf("wait for guest agent reconnect of vm %s: %w: %w", mc.meta.ID, ErrTimeout, ctx.Err())
+					return fmt.Errorf("wait for guest agent reconnect of vm %s: %w: %w", mc.spec.ID, ErrTimeout, ctx.Err())
 				}
 				// The libvirt connection dropped: no more events will come;
 				// the pings decide.
@@ -171,20 +168,20 @@ func (m *Manager) awaitAgentReopen(ctx context.Context, mc *machine, evs <-chan 
 			case agentDisconnected:
 				sawClose = true
 			case agentConnected:
-				m.log.Debug("guest agent reconnected after loadvm", "vm", mc.meta.ID, "op", "reset",
+				m.log.Debug("guest agent reconnected after loadvm", "vm", mc.spec.ID, "op", "reset",
 					"after", time.Since(start).Round(time.Millisecond), "closed_first", sawClose)
 				return nil
 			}
 		case <-tick.C:
-			if mc.procExited.Load() || mc.dead.Load() {
+			if mc.exited() {
 				return nil
 			}
 		case <-timer.C:
-			m.log.Warn("no guest agent event after loadvm; going on with pings", "vm", mc.meta.ID, "op", "reset",
+			m.log.Warn("no guest agent event after loadvm; going on with pings", "vm", mc.spec.ID, "op", "reset",
 				"waited", agentReopenWait, "closed", sawClose)
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("wait for guest agent reconnect of vm %s: %w: %w", mc.meta.ID, ErrTimeout, ctx.Err())
+			return fmt.Errorf("wait for guest agent reconnect of vm %s: %w: %w", mc.spec.ID, ErrTimeout, ctx.Err())
 		}
 	}
 }
@@ -192,26 +189,26 @@ func (m *Manager) awaitAgentReopen(ctx context.Context, mc *machine, evs <-chan 
 // setClock sets the guest clock, which a RAM restore puts back at snapshot
 // time: through the session channel (milliseconds), else the guest agent
 // (guest-set-time runs hwclock: 1-2 s).
-func (m *Manager) setClock(ctx context.Context, mc *machine) error {
-	if mc.session != nil {
+func (m *Manager) setClock(ctx context.Context, mc *machine, h handles) error {
+	if h.session != nil {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := mc.session.setTime(sctx)
+		err := h.session.setTime(sctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		m.log.Warn("clock through session channel failed; using the guest agent", "vm", mc.meta.ID, "op", "reset", "err", err)
+		m.log.Warn("clock through session channel failed; using the guest agent", "vm", mc.spec.ID, "op", "reset", "err", err)
 	}
-	return mc.agent.setTime(ctx)
+	return h.agent.setTime(ctx)
 }
 
 // shrinkRAM asks the guest to drop its page cache before the ready snapshot;
 // with init_on_free the freed pages are zero and cost savevm nothing. Best
 // effort: a guest without the knob just makes a bigger snapshot.
-func (m *Manager) shrinkRAM(ctx context.Context, mc *machine) {
-	res, err := mc.agent.exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"}, Timeout: 30 * time.Second})
+func (m *Manager) shrinkRAM(ctx context.Context, mc *machine, ag *agent) {
+	res, err := ag.exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"}, Timeout: 30 * time.Second})
 	if err != nil || res.ExitCode != 0 {
-		m.log.Warn("could not drop guest page cache before snapshot", "vm", mc.meta.ID, "op", "snapshot", "err", err, "stderr", string(res.Stderr))
+		m.log.Warn("could not drop guest page cache before snapshot", "vm", mc.spec.ID, "op", "snapshot", "err", err, "stderr", string(res.Stderr))
 	}
 }
 
@@ -229,12 +226,12 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if req.Timeout == 0 {
 		req.Timeout = DefaultExecTimeout
 	}
-	mc, err := m.ready(id, "exec")
+	mc, h, err := m.ready(id, "exec")
 	if err != nil {
 		return ExecResult{}, err
 	}
-	defer mc.mu.RUnlock()
-	res, err := mc.agent.exec(ctx, req)
+	defer mc.op.RUnlock()
+	res, err := h.agent.exec(ctx, req)
 	return res, m.guestErr(ctx, mc, err)
 }
 
@@ -243,12 +240,12 @@ func (m *Manager) ReadFile(ctx context.Context, id, path string) ([]byte, error)
 	if !filepath.IsAbs(path) {
 		return nil, fielderr.Newf("path", ErrInvalid, "%q is not absolute", path)
 	}
-	mc, err := m.ready(id, "read file")
+	mc, h, err := m.ready(id, "read file")
 	if err != nil {
 		return nil, err
 	}
-	defer mc.mu.RUnlock()
-	b, err := mc.agent.readFile(ctx, path, MaxFileSize)
+	defer mc.op.RUnlock()
+	b, err := h.agent.readFile(ctx, path, MaxFileSize)
 	if errors.Is(err, ErrTooLarge) {
 		return nil, err
 	}
@@ -266,16 +263,16 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, m
 	if mode > 0o7777 {
 		return fielderr.Newf("mode", ErrInvalid, "%o is not a file mode", mode)
 	}
-	mc, err := m.ready(id, "write file")
+	mc, h, err := m.ready(id, "write file")
 	if err != nil {
 		return err
 	}
-	defer mc.mu.RUnlock()
-	if err := mc.agent.writeFile(ctx, path, data); err != nil {
+	defer mc.op.RUnlock()
+	if err := h.agent.writeFile(ctx, path, data); err != nil {
 		return m.guestErr(ctx, mc, err)
 	}
 	if mode != 0 {
-		res, err := mc.agent.exec(ctx, ExecRequest{Argv: []string{"chmod", fmt.Sprintf("%o", mode), path}, Timeout: 10 * time.Second})
+		res, err := h.agent.exec(ctx, ExecRequest{Argv: []string{"chmod", fmt.Sprintf("%o", mode), path}, Timeout: 10 * time.Second})
 		if err != nil {
 			return m.guestErr(ctx, mc, err)
 		}
@@ -291,12 +288,12 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, data []byte, m
 // utilisation: how busy it is regardless of what its screen shows (desk's
 // settle uses it to wait for a launched program's start-up work).
 func (m *Manager) CPUTime(ctx context.Context, id string) (time.Duration, error) {
-	mc, err := m.ready(id, "cpu time")
+	mc, h, err := m.ready(id, "cpu time")
 	if err != nil {
 		return 0, err
 	}
-	defer mc.mu.RUnlock()
-	t, err := m.hv.domainCPUTime(ctx, mc.dom)
+	defer mc.op.RUnlock()
+	t, err := m.hv.domainCPUTime(ctx, h.dom)
 	if err != nil {
 		return 0, fmt.Errorf("cpu time of vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
@@ -308,12 +305,12 @@ func (m *Manager) CPUTime(ctx context.Context, id string) (time.Duration, error)
 // (a program loading from a cold page cache after a reset) has idle vCPUs
 // but is not idle: desk's settle counts these beside CPUTime.
 func (m *Manager) DiskRequests(ctx context.Context, id string) (int64, error) {
-	mc, err := m.ready(id, "disk requests")
+	mc, h, err := m.ready(id, "disk requests")
 	if err != nil {
 		return 0, err
 	}
-	defer mc.mu.RUnlock()
-	n, err := m.hv.domainDiskRequests(ctx, mc.dom)
+	defer mc.op.RUnlock()
+	n, err := m.hv.domainDiskRequests(ctx, h.dom)
 	if err != nil {
 		return 0, fmt.Errorf("disk requests of vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
@@ -324,12 +321,12 @@ func (m *Manager) DiskRequests(ctx context.Context, id string) (int64, error) {
 // virDomainScreenshot does too; go-libvirt's stream for it fails to decode).
 // It is the baseline the live VNC framebuffer is measured against.
 func (m *Manager) Screenshot(ctx context.Context, id string) (*image.RGBA, error) {
-	mc, err := m.ready(id, "screenshot")
+	mc, h, err := m.ready(id, "screenshot")
 	if err != nil {
 		return nil, err
 	}
-	defer mc.mu.RUnlock()
-	f, err := os.CreateTemp(mc.meta.Dir, "screendump-*.ppm")
+	defer mc.op.RUnlock()
+	f, err := os.CreateTemp(mc.spec.Dir, "screendump-*.ppm")
 	if err != nil {
 		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
 	}
@@ -340,7 +337,7 @@ func (m *Manager) Screenshot(ctx context.Context, id string) (*image.RGBA, error
 	if err := os.Chown(path, m.uid, m.gid); err != nil {
 		return nil, fmt.Errorf("screenshot vm %s: %w", id, err)
 	}
-	if err := mc.mon.run(ctx, "screendump "+path); err != nil {
+	if err := h.mon.run(ctx, "screendump "+path); err != nil {
 		return nil, fmt.Errorf("screenshot vm %s: %w", id, m.guestErr(ctx, mc, err))
 	}
 	b, err := os.ReadFile(path)

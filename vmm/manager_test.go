@@ -542,11 +542,10 @@ func TestRecover(t *testing.T) {
 	f.m.Close()
 
 	mk := func(id string, st State, dir string) metadata {
-		return metadata{ID: id, Image: "tiny", State: st, Dir: dir, MemoryMiB: 256, VCPUs: 1, Width: 1280, Height: 800}
+		return metadata{machineSpec: machineSpec{ID: id, Image: "tiny", Dir: dir, MemoryMiB: 256, VCPUs: 1, Width: 1280, Height: 800}, State: st}
 	}
 	ready := mk("aaaa", StateReady, filepath.Join(vmsDir, "aaaa"))
-	ready.setLabel("pool", "p1")
-	ready.setLabel("lease", "l-7")
+	ready.Labels = setLabel(setLabel(ready.Labels, "pool", "p1"), "lease", "l-7")
 	hv2 := newFakeHV()
 	hv2.addDomain(ready, libvirt.DomainRunning)
 	hv2.addDomain(mk("bbbb", StateCreating, filepath.Join(vmsDir, "bbbb")), libvirt.DomainRunning)

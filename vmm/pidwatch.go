@@ -35,12 +35,12 @@ const reasonProcessExited = "qemu exited (libvirt had not reported why yet)"
 // libvirt already stopped, a host layout that differs) only logs, since
 // libvirt's events still report the death.
 func (m *Manager) watchProcess(mc *machine) {
-	pidFile := filepath.Join(m.cfg.QEMUPidDir, DomainPrefix+mc.meta.ID+".pid")
+	pidFile := filepath.Join(m.cfg.QEMUPidDir, DomainPrefix+mc.spec.ID+".pid")
 	stop := mc.stopWatch
 	err := watchPid(pidFile, stop, func() {
-		mc.procExited.Store(true)
-		reason, known := mc.exitReason.Load().(string)
-		if !known {
+		var reason string
+		mc.with(func(st *machineState) { st.procExited, reason = true, st.exitReason })
+		if reason == "" {
 			select {
 			case <-stop:
 				return
@@ -51,7 +51,7 @@ func (m *Manager) watchProcess(mc *machine) {
 		m.died(mc, reason)
 	})
 	if err != nil {
-		m.log.Debug("not watching QEMU process; relying on libvirt events", "vm", mc.meta.ID, "op", "watch", "err", err)
+		m.log.Debug("not watching QEMU process; relying on libvirt events", "vm", mc.spec.ID, "op", "watch", "err", err)
 	}
 }
 

@@ -41,7 +41,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		m.vms[id] = mc
 		m.watchProcess(mc)
 		adopted[id] = true
-		m.log.Info("adopted vm", "vm", id, "op", "recover", "image", mc.meta.Image)
+		m.log.Info("adopted vm", "vm", id, "op", "recover", "image", mc.spec.Image)
 	}
 	entries, err := os.ReadDir(filepath.Join(m.cfg.StateDir, "vms"))
 	if err != nil {
@@ -91,15 +91,15 @@ func (m *Manager) adopt(ctx context.Context, d libvirt.Domain) (mc *machine, why
 	}
 	// A directory made by an older deskfarm may be group-readable.
 	_ = os.Chmod(md.Dir, vmDirMode)
-	mc = &machine{mem: md.MemoryMiB, stopWatch: make(chan struct{}), meta: md, dom: d,
-		agent: &agent{hv: m.hv, dom: d, vm: md.ID},
-		mon:   &monitor{hv: m.hv, dom: d, vm: md.ID}}
+	mc = &machine{spec: md.machineSpec, stopWatch: make(chan struct{}),
+		st: machineState{state: md.State, bootSeconds: md.BootSeconds, labels: md.Labels,
+			handles: handles{dom: d, agent: &agent{hv: m.hv, dom: d, vm: md.ID}, mon: &monitor{hv: m.hv, dom: d, vm: md.ID}}}}
 	// The session channel is how resets set the clock; without it they fall
 	// back to the slower guest agent, so a failure here is not fatal.
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if s, err := dialSession(sctx, md.ID, filepath.Join(md.Dir, "session.sock"), func() error { return nil }); err == nil {
-		mc.session = s
+		mc.st.session = s // not yet registered: no one else sees mc
 	} else {
 		m.log.Warn("session channel unavailable after restart", "vm", md.ID, "op", "recover", "err", err)
 	}

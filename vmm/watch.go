@@ -47,7 +47,7 @@ func (m *Manager) watch() {
 			if libvirt.DomainEventShutdownDetailType(ev.Detail) == libvirt.DomainEventShutdownHost {
 				reason = "qemu shut down by a signal on the host"
 			}
-			mc.exitReason.Store(reason)
+			mc.with(func(st *machineState) { st.exitReason = reason })
 			continue
 		}
 		reason, died := deathReason(ev)
@@ -88,19 +88,26 @@ func deathReason(ev domainEvent) (string, bool) {
 // died marks mc broken because its domain stopped, unless deskfarm itself
 // is destroying or unwinding it (then mc is gone by the time the lock is ours).
 func (m *Manager) died(mc *machine, reason string) {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
+	mc.op.Lock()
+	defer mc.op.Unlock()
 	m.diedLocked(mc, reason)
 }
 
+// diedLocked is died for a caller holding mc.op exclusively.
 func (m *Manager) diedLocked(mc *machine, reason string) {
-	if mc.gone {
+	var gone bool
+	var sess *session
+	mc.with(func(st *machineState) {
+		gone, sess = st.gone, st.session
+		if !gone {
+			st.dead, st.deathReason = true, reason
+		}
+	})
+	if gone {
 		return
 	}
-	mc.dead.Store(true)
-	mc.deathReason = reason
-	if mc.session != nil {
-		mc.session.close()
+	if sess != nil {
+		sess.close()
 	}
 	m.markBroken(mc, reason)
 }
@@ -119,21 +126,23 @@ func (m *Manager) resync() {
 	m.mu.Unlock()
 	for _, mc := range mcs {
 		go func() {
-			// Under the VM's lock: a create or reset in flight finishes first.
-			mc.mu.Lock()
-			defer mc.mu.Unlock()
-			if mc.gone || mc.meta.State == StateBroken {
+			// Under the VM's op lock: a create or reset in flight finishes first.
+			mc.op.Lock()
+			defer mc.op.Unlock()
+			var skip bool
+			mc.with(func(st *machineState) { skip = st.gone || st.state == StateBroken })
+			if skip {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), resyncTimeout)
 			defer cancel()
-			st, err := m.hv.domainState(ctx, mc.dom)
+			st, err := m.hv.domainState(ctx, mc.handles().dom)
 			reason := ""
 			switch {
 			case libvirt.IsNotFound(err):
 				reason = "undefined while libvirt was disconnected"
 			case err != nil:
-				m.log.Warn("state after libvirt reconnect unknown", "vm", mc.meta.ID, "op", "resync", "err", err)
+				m.log.Warn("state after libvirt reconnect unknown", "vm", mc.spec.ID, "op", "resync", "err", err)
 			case st != libvirt.DomainRunning && st != libvirt.DomainPaused:
 				reason = fmt.Sprintf("stopped while libvirt was disconnected (libvirt state %d)", st)
 			}

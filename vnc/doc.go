@@ -3,7 +3,7 @@
 //
 //   - [Client] is the one RFB client per VM: a live mirror of the guest
 //     framebuffer and the input path into the guest. It implements
-//     actions.Display.
+//     player.Display.
 //   - [Server] is the RFB server of the takeover path: web hands it a
 //     viewer's websocket (noVNC) and it shows the Client's mirror and
 //     passes input back, so every VM keeps exactly one connection to QEMU

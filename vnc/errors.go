@@ -28,7 +28,7 @@ var (
 	ErrHandshakeTimeout = errors.New("rfb handshake not finished in time")
 	// ErrStale means Settle could not prove the mirror current in time: no
 	// fresh update arrived before its max. It reports Timeout() true, so a
-	// caller that knows no vnc type (actions) can tell a settle that ran out
+	// caller that knows no vnc type (player) can tell a settle that ran out
 	// of time from a broken connection.
 	ErrStale error = staleError{}
 )

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
 )
 
-var _ actions.Display = (*Client)(nil)
+var _ player.Display = (*Client)(nil)
 
 // tapConn records everything read from a connection.
 type tapConn struct {

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 const maxActionsBody = 4 << 20
@@ -23,7 +25,7 @@ func (s *server) noDisplay() error {
 }
 
 // act serves POST /v1/vms/{id}/actions and an episode's actions: an
-// agent's call in its own vocabulary (actions.Decode), played through the
+// agent's call in its own vocabulary (vocab.Decode), played through the
 // VM's desk and answered in the agent's shape.
 func (s *server) act(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
@@ -64,7 +66,7 @@ func (s *server) runCall(t target, body api.ActionsRequest) (api.ActionsResponse
 		return api.ActionsResponse{}, err
 	}
 	call, err := decodeCall(body)
-	if errors.Is(err, actions.ErrNotHostPlayable) && body.Tool == actions.ToolPyautogui {
+	if errors.Is(err, vocab.ErrNotHostPlayable) && body.Tool == vocab.ToolPyautogui {
 		return s.runInGuest(t, body, size, opts)
 	}
 	if err != nil {
@@ -74,11 +76,15 @@ func (s *server) runCall(t target, body api.ActionsRequest) (api.ActionsResponse
 	if err != nil {
 		return api.ActionsResponse{}, err
 	}
-	res, err := d.RunCall(t.ctx, size, call, opts, replyOptions(body.ReplyOptions))
+	var rep vocab.Reply
+	sc, err := d.RunCall(t.ctx, size, func(ctx context.Context, r player.Runner) (err error) {
+		rep, err = call.Run(ctx, r, opts, replyOptions(body.ReplyOptions))
+		return err
+	})
 	if err != nil {
 		return api.ActionsResponse{}, err
 	}
-	return callResponse(res.Reply, res.Screenshot.X, res.Screenshot.Y)
+	return callResponse(rep, sc.X, sc.Y)
 }
 
 // pyautoguiPrefix is what OSWorld's harness puts before pyautogui code it
@@ -93,7 +99,7 @@ const guestCodeTimeout = 90 * time.Second
 // runInGuest runs pyautogui code that is not host-playable in the guest's
 // desktop session, as OSWorld does (python3 -c), then settles and answers
 // with its output and a screenshot as an action request would.
-func (s *server) runInGuest(t target, body api.ActionsRequest, size actions.ScreenshotSize, opts actions.RunOptions) (api.ActionsResponse, error) {
+func (s *server) runInGuest(t target, body api.ActionsRequest, size player.ScreenshotSize, opts player.RunOptions) (api.ActionsResponse, error) {
 	code, err := pyautoguiCode(body.Input)
 	if err != nil {
 		return api.ActionsResponse{}, err
@@ -120,7 +126,7 @@ func (s *server) runInGuest(t target, body api.ActionsRequest, size actions.Scre
 }
 
 // pyautoguiCode reads the code of a pyautogui request: a JSON string, or
-// {"command": code}, as actions.Decode does.
+// {"command": code}, as vocab.Decode does.
 func pyautoguiCode(input json.RawMessage) (string, error) {
 	var code string
 	if err := json.Unmarshal(input, &code); err == nil {
@@ -136,7 +142,7 @@ func pyautoguiCode(input json.RawMessage) (string, error) {
 }
 
 // decodeCall turns the request into an agent call.
-func decodeCall(b api.ActionsRequest) (*actions.Call, error) {
+func decodeCall(b api.ActionsRequest) (*vocab.Call, error) {
 	set := 0
 	for _, present := range []bool{b.Tool != "" || len(b.Input) > 0, len(b.Action) > 0, len(b.Actions) > 0} {
 		if present {
@@ -151,16 +157,16 @@ func decodeCall(b api.ActionsRequest) (*actions.Call, error) {
 		if len(b.Input) == 0 {
 			return nil, invalidf("input", "required with tool %q", b.Tool)
 		}
-		return actions.Decode(b.Tool, b.Input)
+		return vocab.Decode(b.Tool, b.Input)
 	case len(b.Input) > 0:
-		return nil, invalidf("tool", "required with input: one of %s", strings.Join(actions.Tools(), ", "))
+		return nil, invalidf("tool", "required with input: one of %s", strings.Join(vocab.Tools(), ", "))
 	case len(b.Action) > 0:
-		return actions.Decode(actions.ToolNeutral, append(append([]byte("["), b.Action...), ']'))
+		return vocab.Decode(vocab.ToolNeutral, append(append([]byte("["), b.Action...), ']'))
 	default:
 		if bytes.HasPrefix(bytes.TrimSpace(b.Actions), []byte("{")) {
 			return nil, invalidf("actions", "must be a list; use action for a single one")
 		}
-		return actions.Decode(actions.ToolNeutral, b.Actions)
+		return vocab.Decode(vocab.ToolNeutral, b.Actions)
 	}
 }
 
@@ -172,22 +178,23 @@ func errorResult(b api.ActionsRequest, err error, took time.Duration) (api.Actio
 	out := api.ActionsResponse{DurationMS: float64(took.Microseconds()) / 1000}
 	switch {
 	case isClaudeTool(b.Tool):
-		tr, cerr := apiToolResult(actions.ClaudeToolResult(b.ToolUseID, actions.Result{}, err))
+		tr, cerr := apiToolResult(vocab.ClaudeToolResult(b.ToolUseID, player.Result{}, err))
 		if cerr != nil {
 			return out, false
 		}
 		out.Content, out.ToolUseID, out.IsError = tr.Content, b.ToolUseID, true
 		return out, true
-	case b.Tool == string(actions.ComputerToolset20260801):
-		blocks, derr := actions.DecodeToolset(b.Input)
+	case b.Tool == string(vocab.ComputerToolset20260801):
+		blocks, derr := vocab.DecodeToolset(b.Input)
 		if derr != nil || len(blocks) == 0 {
 			return out, false
 		}
 		for _, bl := range blocks {
-			tr, cerr := apiToolResult(actions.ClaudeToolResult(bl.ID, actions.Result{}, err))
+			tr, cerr := apiToolResult(vocab.ClaudeToolResult(bl.ID, player.Result{}, err))
 			if cerr != nil {
 				return out, false
 			}
+			tr.ToolsetName = vocab.ToolsetName
 			out.ToolResults = append(out.ToolResults, tr)
 		}
 		out.Content, out.IsError = out.ToolResults[0].Content, true
@@ -197,18 +204,18 @@ func errorResult(b api.ActionsRequest, err error, took time.Duration) (api.Actio
 }
 
 func isClaudeTool(tool string) bool {
-	switch actions.ClaudeVersion(tool) {
-	case actions.Computer20241022, actions.Computer20250124, actions.Computer20251124:
+	switch vocab.ClaudeVersion(tool) {
+	case vocab.Computer20241022, vocab.Computer20250124, vocab.Computer20251124:
 		return true
 	}
 	return false
 }
 
-func parseSize(s string) (actions.ScreenshotSize, error) {
+func parseSize(s string) (player.ScreenshotSize, error) {
 	if s == "" {
 		s = "auto"
 	}
-	size, err := actions.ParseScreenshotSize(s)
+	size, err := player.ParseScreenshotSize(s)
 	if err != nil {
 		return size, invalidf("screenshot_size", "%v (accepted: auto, native, WxH)", err)
 	}
@@ -222,7 +229,7 @@ func (s *server) screenshot(w http.ResponseWriter, r *http.Request, t target) er
 		return s.noDisplay()
 	}
 	q := r.URL.Query()
-	opts := desk.ScreenshotOptions{Encode: actions.EncodeOptions{Format: actions.ImageFormat(q.Get("format"))}}
+	opts := desk.ScreenshotOptions{Encode: player.EncodeOptions{Format: player.ImageFormat(q.Get("format"))}}
 	if v := q.Get("quality"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {

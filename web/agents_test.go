@@ -68,8 +68,8 @@ func TestActionsToolsetFailingMiddle(t *testing.T) {
 	}
 	for i, id := range []string{"tu_1", "tu_2", "tu_3"} {
 		tr := res.ToolResults[i]
-		if tr.ToolUseID != id || tr.Type != "tool_result" {
-			t.Errorf("result %d: %s %s", i, tr.Type, tr.ToolUseID)
+		if tr.ToolUseID != id || tr.Type != "tool_result" || tr.ToolsetName != "computer" {
+			t.Errorf("result %d: %s %s toolset_name %q", i, tr.Type, tr.ToolUseID, tr.ToolsetName)
 		}
 		if tr.IsError != (i > 0) {
 			t.Errorf("result %d is_error=%v", i, tr.IsError)
@@ -80,6 +80,26 @@ func TestActionsToolsetFailingMiddle(t *testing.T) {
 	}
 	if c := res.ToolResults[2].Content; len(c) != 1 || !strings.Contains(c[0].Text, "Not executed") {
 		t.Errorf("block after the failure %+v", c)
+	}
+}
+
+// TestActionsToolsetErrorsAsResults: a toolset turn that cannot run at all
+// (here, bad run options) is answered, with errors_as_results, by one
+// is_error tool_result per block, each carrying toolset_name as a result of
+// a played turn does, so that an agent loop can send them on unchanged.
+func TestActionsToolsetErrorsAsResults(t *testing.T) {
+	srv, _ := deskServer(t, Options{})
+	turn := `[{"type":"tool_use","id":"tu_1","name":"left_click","toolset_name":"computer","input":{"coordinate":[10,10]}},
+		{"type":"tool_use","id":"tu_2","name":"screenshot","toolset_name":"computer","input":{}}]`
+	res := postActions(t, srv.URL, `{"tool":"computer_toolset_20260801","input":`+turn+`,"settle_quiet_ms":20000,"errors_as_results":true}`, 200)
+	if len(res.ToolResults) != 2 {
+		t.Fatalf("%d tool_results, want 2: %+v", len(res.ToolResults), res)
+	}
+	for i, tr := range res.ToolResults {
+		if tr.ToolUseID != []string{"tu_1", "tu_2"}[i] || !tr.IsError || tr.ToolsetName != "computer" ||
+			len(tr.Content) != 1 || !strings.Contains(tr.Content[0].Text, "settle_quiet_ms") {
+			t.Errorf("result %d: %+v", i, tr)
+		}
 	}
 }
 

@@ -3,14 +3,16 @@ package web
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 // Conversions between the server's types and the wire types of package
@@ -46,12 +48,14 @@ func apiVM(vm vmm.VM) api.VM {
 		Resets: vm.Resets, Labels: vm.Labels, Network: vm.Network, Forwards: apiForwards(vm.Forwards)}
 }
 
-func apiEpisode(ep pool.Episode, viewerURL string) api.Episode {
+// apiEpisode is ep on the wire, with what the server adds: the VM's live
+// view and, for an osworld VM, OSWorld's address ("" for none).
+func apiEpisode(ep pool.Episode, viewerURL, osworldAddress string) api.Episode {
 	return api.Episode{ID: ep.ID, VM: ep.VM, Pool: ep.Pool, State: string(ep.State), Warm: ep.Warm,
 		BootSeconds: ep.BootSeconds, CreatedAt: ep.CreatedAt, ExpiresAt: ep.ExpiresAt, TTLSeconds: ep.TTLSeconds,
 		ScreenshotSize: ep.ScreenshotSize, CleanStart: ep.CleanStart, ResetBeforeLeaseMS: ep.ResetBeforeLeaseMS,
 		EndedAt: ep.EndedAt, EndReason: ep.EndReason,
-		ResetSeconds: ep.ResetSeconds, VMReplaced: ep.VMReplaced, ViewerURL: viewerURL}
+		ResetSeconds: ep.ResetSeconds, VMReplaced: ep.VMReplaced, ViewerURL: viewerURL, OSWorldAddress: osworldAddress}
 }
 
 func apiPools(ps []pool.PoolStatus) api.PoolList {
@@ -63,6 +67,7 @@ func apiPools(ps []pool.PoolStatus) api.PoolList {
 		out.Pools = append(out.Pools, api.Pool{Name: p.Name, Image: p.Image, MemoryMiB: p.MemoryMiB,
 			VCPUs: p.VCPUs, Width: p.Width, Height: p.Height, MinWarm: p.MinWarm, Max: p.Max,
 			ScreenshotSize: p.ScreenshotSize, DefaultTTLS: float64(p.DefaultTTL), MaxTTLS: float64(p.MaxTTL),
+			Network: p.Network, Forwards: slices.Clone(p.Forwards),
 			Warm: p.Warm, Leased: p.Leased, Booting: p.Booting, Ending: p.Ending, VMs: apiPoolVMs(p.VMs),
 			LastError: p.LastError, LastErrorAt: p.LastErrorAt, RetryAt: p.RetryAt})
 	}
@@ -80,13 +85,13 @@ func apiPoolVMs(ms []pool.MemberStatus) []api.PoolVM {
 	return out
 }
 
-func runOptions(o api.RunOptions) actions.RunOptions {
-	return actions.RunOptions{SettleQuietMS: o.SettleQuietMS, SettleMaxMS: o.SettleMaxMS, NoSettle: o.NoSettle,
-		NoGuestSettle: o.NoGuestSettle, Screenshot: actions.ScreenshotPolicy(o.Screenshot), Format: actions.ImageFormat(o.Format),
+func runOptions(o api.RunOptions) player.RunOptions {
+	return player.RunOptions{SettleQuietMS: o.SettleQuietMS, SettleMaxMS: o.SettleMaxMS, NoSettle: o.NoSettle,
+		NoGuestSettle: o.NoGuestSettle, Screenshot: player.ScreenshotPolicy(o.Screenshot), Format: player.ImageFormat(o.Format),
 		JPEGQuality: o.JPEGQuality}
 }
 
-func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.ActionsResponse {
+func actionsResponse(res player.Result, sw, sh int, took time.Duration) api.ActionsResponse {
 	out := api.ActionsResponse{Text: res.Text, Executed: res.Executed, SettleMS: res.SettleMS,
 		SettleTimedOut: res.SettleTimedOut, SettleGuestBusy: res.SettleGuestBusy, Clipboard: res.Clipboard,
 		ScreenshotWidth: sw, ScreenshotHeight: sh, DurationMS: float64(took.Microseconds()) / 1000}
@@ -94,19 +99,36 @@ func actionsResponse(res actions.Result, sw, sh int, took time.Duration) api.Act
 		img := api.Image(*res.Image)
 		out.Image = &img
 	}
-	for _, b := range res.ClaudeContent() {
-		cb := api.ContentBlock{Type: b.Type, Text: b.Text}
-		if b.Source != nil {
-			src := api.ImageSource(*b.Source)
-			cb.Source = &src
+	if res.Cursor != nil {
+		out.Cursor = &api.Point{X: res.Cursor.X, Y: res.Cursor.Y}
+	}
+	// Neutral actions are answered with the content a Claude tool_result
+	// would carry, as the Claude vocabulary makes it.
+	out.Content = apiContent(vocab.ClaudeToolResult("", res, nil).Content)
+	return out
+}
+
+// apiContent converts the content of a Claude tool_result from the SDK's
+// types (Claude's wire, which the vocabulary speaks) to api's, the one
+// conversion between the two; the blocks deskfarm makes are text and base64
+// images.
+func apiContent(bs []anthropic.ToolResultBlockParamContentUnion) []api.ContentBlock {
+	var out []api.ContentBlock
+	for _, b := range bs {
+		switch {
+		case b.OfText != nil:
+			out = append(out, api.ContentBlock{Type: "text", Text: b.OfText.Text})
+		case b.OfImage != nil && b.OfImage.Source.OfBase64 != nil:
+			src := b.OfImage.Source.OfBase64
+			out = append(out, api.ContentBlock{Type: "image", Source: &api.ImageSource{Type: "base64",
+				MediaType: string(src.MediaType), Data: src.Data}})
 		}
-		out.Content = append(out.Content, cb)
 	}
 	return out
 }
 
-func replyOptions(o api.ReplyOptions) actions.ReplyOptions {
-	return actions.ReplyOptions{ToolUseID: o.ToolUseID, ErrorsAsResults: o.ErrorsAsResults,
+func replyOptions(o api.ReplyOptions) vocab.ReplyOptions {
+	return vocab.ReplyOptions{ToolUseID: o.ToolUseID, ErrorsAsResults: o.ErrorsAsResults,
 		AcknowledgeSafetyChecks: o.AcknowledgeSafetyChecks}
 }
 
@@ -114,7 +136,7 @@ func replyOptions(o api.ReplyOptions) actions.ReplyOptions {
 // ran (as for neutral actions), and the reply in the agent's shape. The
 // SDK param types are converted through their JSON, which is the shape
 // both sides agree on.
-func callResponse(rep actions.Reply, sw, sh int) (api.ActionsResponse, error) {
+func callResponse(rep vocab.Reply, sw, sh int) (api.ActionsResponse, error) {
 	out := actionsResponse(rep.Result, sw, sh, 0)
 	out.Terminal = rep.Terminal
 	if rep.Claude != nil {
@@ -146,12 +168,10 @@ func callResponse(rep actions.Reply, sw, sh int) (api.ActionsResponse, error) {
 
 // apiToolResult converts a Claude tool_result block.
 func apiToolResult(b anthropic.ToolResultBlockParam) (api.ToolResult, error) {
-	var tr api.ToolResult
-	if err := convertJSON(b, &tr); err != nil {
-		return tr, fmt.Errorf("tool_result: %w", err)
-	}
-	if tr.Type == "" {
-		tr.Type = "tool_result"
+	tr := api.ToolResult{Type: "tool_result", ToolUseID: b.ToolUseID, ToolsetName: b.ToolsetName.Value,
+		IsError: b.IsError.Value, Content: apiContent(b.Content)}
+	if len(tr.Content) != len(b.Content) {
+		return tr, fmt.Errorf("tool_result: a content block that is neither text nor a base64 image")
 	}
 	if tr.Content == nil {
 		tr.Content = []api.ContentBlock{}

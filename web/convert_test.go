@@ -3,13 +3,17 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"reflect"
 	"testing"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/internal/fill"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 // The api types replaced server types that were sent as JSON directly.
@@ -33,78 +37,113 @@ func sameJSON(t *testing.T, name string, old, conv any) {
 	}
 }
 
+// Every field of the core type reaches the wire: the source is filled by
+// reflection, so a field added to vmm.VM and not converted is a zero here,
+// and a field converted from the wrong one a mismatch.
 func TestWireVM(t *testing.T) {
-	vm := vmm.VM{ID: "a1", Domain: "deskfarm-a1", Image: "desktop", ImageHash: "abc", State: vmm.StateReady,
-		MemoryMiB: 1024, VCPUs: 2, Width: 1280, Height: 800, Accel: "kvm",
-		CreatedAt: time.Date(2026, 11, 30, 7, 0, 0, 123, time.UTC), BootSeconds: 3.5, Start: vmm.StartSavedState,
-		VNCSocket: "/var/lib/deskfarm/vms/a1/vnc.sock", Resets: 4, Labels: map[string]string{"pool": "desktop"}}
-	sameJSON(t, "vm", vm, apiVM(vm))
-	vm.Labels = nil
-	sameJSON(t, "vm without labels", vm, apiVM(vm))
+	var vm vmm.VM
+	fill.All(&vm)
+	for _, p := range fill.Converted(vm, apiVM(vm), fill.Skip{}) {
+		t.Error(p)
+	}
+	// Labels and Forwards stay absent on the wire when a VM has none.
+	vm.Labels, vm.Forwards = nil, nil
+	b, _ := json.Marshal(apiVM(vm))
+	if bytes.Contains(b, []byte(`"labels"`)) || bytes.Contains(b, []byte(`"forwards"`)) {
+		t.Errorf("empty labels or forwards sent: %s", b)
+	}
 }
 
 func TestWireCreateOptions(t *testing.T) {
-	in := `{"image":"tiny","memory_mib":512,"vcpus":1,"boot":true,"width":1024,"height":768,"labels":{"k":"v"}}`
-	var old vmm.CreateOptions
-	var conv api.CreateOptions
-	if err := json.Unmarshal([]byte(in), &old); err != nil {
-		t.Fatal(err)
+	var in api.CreateOptions
+	fill.All(&in)
+	for _, p := range fill.Converted(in, vmmCreateOptions(in), fill.Skip{}) {
+		t.Error(p)
 	}
-	if err := json.Unmarshal([]byte(in), &conv); err != nil {
-		t.Fatal(err)
+	// And every vmm option has its api field.
+	if m := fill.Missing(vmm.CreateOptions{}, in); len(m) != 0 {
+		t.Errorf("vmm.CreateOptions fields api.CreateOptions lacks: %v", m)
 	}
-	sameJSON(t, "create options", old, vmmCreateOptions(conv))
-	sameJSON(t, "create options (api)", old, conv)
 }
 
 func TestWireEpisode(t *testing.T) {
-	ended := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	ep := pool.Episode{ID: "e1", VM: "a1", Pool: "desktop", State: pool.EpisodeEnded, Warm: true, BootSeconds: 2,
-		CreatedAt: ended.Add(-time.Hour), ExpiresAt: ended.Add(time.Hour), TTLSeconds: 7200, ScreenshotSize: "auto",
-		EndedAt: &ended, EndReason: "deleted", ResetSeconds: 0.4, VMReplaced: true}
-	type oldEpisode struct {
-		pool.Episode
-		ViewerURL string `json:"viewer_url"`
+	var ep pool.Episode
+	fill.All(&ep)
+	for _, p := range fill.Converted(ep, apiEpisode(ep, "http://h/vms/a1", "127.0.0.1:5000:9222:5901:8080"), fill.Skip{}) {
+		t.Error(p)
 	}
-	url := "http://h/vms/a1"
-	sameJSON(t, "episode", oldEpisode{ep, url}, apiEpisode(ep, url))
-	ep.EndedAt, ep.EndReason, ep.ResetSeconds, ep.VMReplaced, ep.BootSeconds = nil, "", 0, false, 0
-	sameJSON(t, "active episode", oldEpisode{ep, url}, apiEpisode(ep, url))
 }
 
 func TestWirePools(t *testing.T) {
-	ps := []pool.PoolStatus{{PoolConfig: pool.PoolConfig{Name: "desktop", Image: "desktop", MemoryMiB: 1024, VCPUs: 2,
-		Width: 1280, Height: 800, MinWarm: 1, Max: 4, ScreenshotSize: "auto", DefaultTTL: 1800, MaxTTL: 86400.5},
-		Warm: 1, Leased: 2, Booting: 3, Ending: 4}}
-	type oldList struct {
-		Pools []pool.PoolStatus `json:"pools"`
+	var p pool.PoolStatus
+	fill.All(&p)
+	got := apiPools([]pool.PoolStatus{p})
+	if len(got.Pools) != 1 {
+		t.Fatalf("%d pools", len(got.Pools))
 	}
-	sameJSON(t, "pools", oldList{ps}, apiPools(ps))
-	sameJSON(t, "no pools", oldList{[]pool.PoolStatus{}}, apiPools([]pool.PoolStatus{}))
-	sameJSON(t, "nil pools", oldList{nil}, apiPools(nil))
+	// The TTLs are renamed for their unit.
+	for _, pr := range fill.Converted(p, got.Pools[0], fill.Skip{Renamed: []string{"DefaultTTL", "MaxTTL"}}) {
+		t.Error(pr)
+	}
+	if got.Pools[0].DefaultTTLS != float64(p.DefaultTTL) || got.Pools[0].MaxTTLS != float64(p.MaxTTL) {
+		t.Errorf("TTLs %v, %v from %v, %v", got.Pools[0].DefaultTTLS, got.Pools[0].MaxTTLS, p.DefaultTTL, p.MaxTTL)
+	}
+	// [] stays [] and nil stays null, as pool.Manager.Pools sends them.
+	if b, _ := json.Marshal(apiPools([]pool.PoolStatus{})); string(b) != `{"pools":[]}` {
+		t.Errorf("no pools: %s", b)
+	}
+	if b, _ := json.Marshal(apiPools(nil)); string(b) != `{"pools":null}` {
+		t.Errorf("nil pools: %s", b)
+	}
 }
 
 func TestWireActionsResponse(t *testing.T) {
-	res := actions.Result{Text: "X=1,Y=2", Image: &actions.Image{MediaType: "image/png", Data: "iVBO", Width: 1024, Height: 640},
-		Executed: 3, Settle: 250 * time.Millisecond, SettleMS: 250, SettleTimedOut: true, SettleGuestBusy: 2, Clipboard: new("Grüße")}
-	type oldResponse struct {
-		Content []actions.ContentBlock `json:"content"`
-		actions.Result
-		ScreenshotWidth  int     `json:"screenshot_width"`
-		ScreenshotHeight int     `json:"screenshot_height"`
-		DurationMS       float64 `json:"duration_ms"`
+	var res player.Result
+	fill.All(&res)
+	out := actionsResponse(res, 1024, 640, 312500*time.Microsecond)
+	// Set by callResponse and the guest routes, not from the result;
+	// Settle is sent as SettleMS; Content is checked below.
+	for _, p := range fill.Converted(res, out, fill.Skip{Unset: []string{"ToolUseID", "IsError", "ToolResults", "ComputerCallOutput", "Terminal", "Guest", "Content"},
+		Renamed: []string{"Settle"}}) {
+		t.Error(p)
 	}
-	took := 312500 * time.Microsecond
-	old := oldResponse{Content: res.ClaudeContent(), Result: res, ScreenshotWidth: 1024, ScreenshotHeight: 640, DurationMS: 312.5}
-	sameJSON(t, "actions response", old, actionsResponse(res, 1024, 640, took))
-	empty := actions.Result{}
-	old = oldResponse{Content: empty.ClaudeContent(), Result: empty, DurationMS: 312.5}
-	sameJSON(t, "empty actions response", old, actionsResponse(empty, 0, 0, took))
+	if out.DurationMS != 312.5 {
+		t.Errorf("duration_ms %v", out.DurationMS)
+	}
+	// The content is a Claude tool_result's, in the shape it always had.
+	b, _ := json.Marshal(out.Content)
+	want := `[{"type":"text","text":"` + res.Text + `"},{"type":"image","source":{"type":"base64","media_type":"` +
+		res.Image.MediaType + `","data":"` + res.Image.Data + `"}}]`
+	if string(b) != want {
+		t.Errorf("content %s\nwant    %s", b, want)
+	}
+	b, _ = json.Marshal(actionsResponse(player.Result{}, 0, 0, 0))
+	if !bytes.Contains(b, []byte(`"content":null`)) {
+		t.Errorf("empty result: %s", b)
+	}
+}
+
+func TestWireToolResult(t *testing.T) {
+	res := player.Result{Text: "done", Image: &player.Image{MediaType: "image/png", Data: "iVBO"}}
+	tr, err := apiToolResult(vocab.ClaudeToolResult("tu_1", res, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(tr)
+	want := `{"type":"tool_result","tool_use_id":"tu_1","content":[{"type":"text","text":"done"},` +
+		`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}}]}`
+	if string(b) != want {
+		t.Errorf("tool_result %s\nwant        %s", b, want)
+	}
+	tr, _ = apiToolResult(vocab.ClaudeToolResult("tu_2", res, errors.New("boom")))
+	if b, _ := json.Marshal(tr); string(b) != `{"type":"tool_result","tool_use_id":"tu_2","content":[{"type":"text","text":"boom"}],"is_error":true}` {
+		t.Errorf("error tool_result %s", b)
+	}
 }
 
 func TestWireRunOptions(t *testing.T) {
 	in := `{"settle_quiet_ms":100,"settle_max_ms":2000,"no_settle":true,"no_guest_settle":true,"screenshot":"never","format":"jpeg","jpeg_quality":80}`
-	var old actions.RunOptions
+	var old player.RunOptions
 	var conv api.RunOptions
 	if err := json.Unmarshal([]byte(in), &old); err != nil {
 		t.Fatal(err)
@@ -126,6 +165,21 @@ func TestSentinelCodesKnown(t *testing.T) {
 	for _, s := range sentinels {
 		if !known[s.code] {
 			t.Errorf("sentinel %v maps to %q, which api does not list", s.err, s.code)
+		}
+	}
+}
+
+// The core types carry no json tags: their wire form is package api's, and
+// a tag on them would be a second spelling of it (the pool's state file has
+// its own record type).
+func TestCoreTypesHaveNoWireTags(t *testing.T) {
+	for _, v := range []any{vmm.VM{}, vmm.CreateOptions{}, vmm.Forward{}, vmm.ExecResult{},
+		pool.Episode{}, pool.PoolStatus{}, pool.MemberStatus{}, pool.PoolConfig{}, pool.Config{}} {
+		ty := reflect.TypeOf(v)
+		for i := range ty.NumField() {
+			if tag, ok := ty.Field(i).Tag.Lookup("json"); ok {
+				t.Errorf("%s.%s has json tag %q", ty, ty.Field(i).Name, tag)
+			}
 		}
 	}
 }

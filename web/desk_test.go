@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/deskfarm/deskfarm/api"
 	"image"
 	"image/png"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/api"
 
 	"github.com/gorilla/websocket"
 

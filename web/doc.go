@@ -14,7 +14,7 @@
 // InvalidField method), never from the error's text.
 //
 // The request and response bodies are the types of package api; convert.go
-// turns the server's own types (vmm.VM, pool.Episode, actions.Result) into
+// turns the server's own types (vmm.VM, pool.Episode, player.Result) into
 // them, so clients need not link the server.
 //
 // Before any route, security.go checks that the Host is one of the farm's

@@ -77,11 +77,11 @@ func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	out := apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM))
+	var osworld string
 	if s.osworld != nil && ep.State != pool.EpisodeEnded {
-		out.OSWorldAddress, _ = s.osworld(ep.VM)
+		osworld, _ = s.osworld(ep.VM)
 	}
-	return out
+	return apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM), osworld)
 }
 
 func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 // FieldError is the module's one field error type (internal/fielderr):
@@ -61,7 +62,7 @@ var sentinels = []sentinel{
 	{desk.ErrNotInControl, api.CodeForbidden},
 	{desk.ErrClosed, api.CodeDisplayClosed},
 
-	{actions.ErrNotHostPlayable, api.CodeNotHostPlayable},
+	{vocab.ErrNotHostPlayable, api.CodeNotHostPlayable},
 	{actions.ErrGuest, api.CodeGuestInput},
 	{actions.ErrTooLarge, api.CodeTooLarge},
 	{actions.ErrUnsupportedAction, api.CodeUnsupportedAction},

@@ -226,9 +226,6 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &opts, maxJSONBody); err != nil {
 		return err
 	}
-	if err := validateCreate(opts); err != nil {
-		return err
-	}
 	vm, err := s.farm.Create(r.Context(), vmmCreateOptions(opts))
 	if err != nil {
 		return err
@@ -236,25 +233,6 @@ func (s *server) create(w http.ResponseWriter, r *http.Request) error {
 	noteVM(r, vm.ID)
 	w.Header().Set("Location", "/v1/vms/"+vm.ID)
 	writeJSON(w, http.StatusCreated, apiVM(vm))
-	return nil
-}
-
-// validateCreate checks what can be checked without the host; the farm
-// checks the rest (image names, host CPUs and memory).
-func validateCreate(o api.CreateOptions) error {
-	switch {
-	case o.Image == "":
-		return invalidf("image", "required")
-	case o.MemoryMiB < 0 || (o.MemoryMiB > 0 && o.MemoryMiB < vmm.MinMemoryMiB):
-		return invalidf("memory_mib", "must be at least %d (or 0 for %d), got %d",
-			vmm.MinMemoryMiB, vmm.DefaultMemoryMiB, o.MemoryMiB)
-	case o.VCPUs < 0:
-		return invalidf("vcpus", "must not be negative, got %d", o.VCPUs)
-	case o.Width < 0:
-		return invalidf("width", "must not be negative, got %d", o.Width)
-	case o.Height < 0:
-		return invalidf("height", "must not be negative, got %d", o.Height)
-	}
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
@@ -120,7 +121,7 @@ func TestVMLifecycle(t *testing.T) {
 	if w.Code != http.StatusCreated {
 		t.Fatalf("create: status %d, body %s", w.Code, w.Body)
 	}
-	vm := decode[vmm.VM](t, w)
+	vm := decode[api.VM](t, w)
 	if vm.ID == "" || vm.Image != "desktop" || vm.MemoryMiB != 2048 || vm.Width != 1024 {
 		t.Errorf("create returned %+v", vm)
 	}
@@ -133,7 +134,7 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("list: status %d, body %s", w.Code, w.Body)
 	}
 	w = h.do("GET", "/v1/vms/"+vm.ID, nil)
-	if got := decode[vmm.VM](t, w); w.Code != 200 || got.ID != vm.ID {
+	if got := decode[api.VM](t, w); w.Code != 200 || got.ID != vm.ID {
 		t.Errorf("get: status %d, body %s", w.Code, w.Body)
 	}
 	w = h.do("POST", "/v1/vms/"+vm.ID+"/reset", nil)
@@ -224,6 +225,11 @@ func TestCreateValidation(t *testing.T) {
 		{"small memory", `{"image":"tiny","memory_mib":64}`, CodeInvalidRequest, "memory_mib"},
 		{"negative vcpus", `{"image":"tiny","vcpus":-1}`, CodeInvalidRequest, "vcpus"},
 		{"negative width", `{"image":"tiny","width":-1}`, CodeInvalidRequest, "width"},
+		// vmm's rules, not a copy of some of them: web checked neither.
+		{"skewed width", `{"image":"tiny","width":1366,"height":768}`, CodeInvalidRequest, "width"},
+		{"no height", `{"image":"tiny","width":1024}`, CodeInvalidRequest, "height"},
+		{"bad network", `{"image":"tiny","network":"bridge"}`, CodeInvalidRequest, "network"},
+		{"privileged host port", `{"image":"tiny","network":"user","forwards":[{"guest_port":22,"host_port":80}]}`, CodeInvalidRequest, "forwards[0].host_port"},
 		{"empty body", ``, CodeBadJSON, ""},
 		{"truncated", `{"image":"tiny"`, CodeBadJSON, ""},
 		{"syntax", `{"image":tiny}`, CodeBadJSON, ""},

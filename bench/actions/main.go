@@ -22,11 +22,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 	"github.com/deskfarm/deskfarm/web"
 )
 
@@ -78,7 +79,7 @@ func run(image string, n int) error {
 		api = append(api, time.Since(t0))
 
 		t0 = time.Now()
-		if _, _, err := actions.Encode(d.Display.Snapshot(), actions.EncodeOptions{}); err != nil {
+		if _, _, err := player.Encode(d.Display.Snapshot(), player.EncodeOptions{}); err != nil {
 			return err
 		}
 		mirror = append(mirror, time.Since(t0))
@@ -105,7 +106,7 @@ func run(image string, n int) error {
 
 	// Click to settled screenshot: open and close the panel menu, a real
 	// repaint, alternating so every click changes the screen.
-	native := actions.ScreenshotSize{}
+	native := player.ScreenshotSize{}
 	menu := fmt.Sprintf(`{"action":"left_click","coordinate":[12,%d]}`, vm.Height-12)
 	empty := fmt.Sprintf(`{"action":"left_click","coordinate":[%d,%d]}`, vm.Width/2, vm.Height/2)
 	// Each settle setting is checked for what matters as much as speed: is
@@ -121,13 +122,13 @@ func run(image string, n int) error {
 		if (i/len(quiets))%2 == 1 {
 			input = empty
 		}
-		acts, err := actions.TranslateClaude(actions.Computer20251124, []byte(input))
+		acts, err := vocab.TranslateClaude(vocab.Computer20251124, []byte(input))
 		if err != nil {
 			return err
 		}
 		time.Sleep(time.Second) // idle between turns, as an agent thinking
 		t0 := time.Now()
-		res, err := d.Run(ctx, native, acts, actions.RunOptions{SettleQuietMS: q})
+		res, err := d.Run(ctx, native, acts, player.RunOptions{SettleQuietMS: q})
 		if err != nil {
 			return err
 		}
@@ -145,13 +146,13 @@ func run(image string, n int) error {
 	var fixed []time.Duration
 	// The demo's way, a few times: act, sleep 2 s, screenshot.
 	for i := 0; i < 4; i++ {
-		acts, _ := actions.TranslateClaude(actions.Computer20251124, []byte([]string{menu, empty}[i%2]))
+		acts, _ := vocab.TranslateClaude(vocab.Computer20251124, []byte([]string{menu, empty}[i%2]))
 		t0 := time.Now()
-		if _, err := d.Run(ctx, native, acts, actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}); err != nil {
+		if _, err := d.Run(ctx, native, acts, player.RunOptions{NoSettle: true, Screenshot: player.ScreenshotNever}); err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
-		if _, _, err := actions.Encode(d.Display.Snapshot(), actions.EncodeOptions{}); err != nil {
+		if _, _, err := player.Encode(d.Display.Snapshot(), player.EncodeOptions{}); err != nil {
 			return err
 		}
 		fixed = append(fixed, time.Since(t0))

@@ -1,12 +1,16 @@
 package main
 
-import "github.com/deskfarm/deskfarm/actions"
+import (
+	"github.com/deskfarm/deskfarm/actions"
+	"github.com/deskfarm/deskfarm/player"
+	"github.com/deskfarm/deskfarm/vocab"
+)
 
 var (
-	actionsAuto = func() actions.ScreenshotSize { s, _ := actions.ParseScreenshotSize("auto"); return s }()
-	runDefaults = actions.RunOptions{}
+	actionsAuto = func() player.ScreenshotSize { s, _ := player.ParseScreenshotSize("auto"); return s }()
+	runDefaults = player.RunOptions{}
 )
 
 func translate(input string) ([]actions.Action, error) {
-	return actions.TranslateClaude(actions.Computer20251124, []byte(input))
+	return vocab.TranslateClaude(vocab.Computer20251124, []byte(input))
 }

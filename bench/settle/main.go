@@ -31,7 +31,9 @@ import (
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/player"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vocab"
 )
 
 func main() {
@@ -116,7 +118,7 @@ func run(n int, state string, maxMS int, img string, doTyping, doLaunches bool) 
 	fmt.Printf("\nidle desktop over %s: %.3f vCPU s/s, %.2f disk requests/s\n", el.Round(time.Millisecond),
 		float64(c1-c0)/float64(el), float64(r1-r0)/el.Seconds())
 
-	native := actions.ScreenshotSize{}
+	native := player.ScreenshotSize{}
 	apps := []launch{
 		{"terminal (ctrl+alt+t)", `{"action":"key","text":"ctrl+alt+t"}`, "lxterminal"},
 		{"file manager (super+e)", `{"action":"key","text":"super+e"}`, "pcmanfm"},
@@ -138,17 +140,17 @@ func run(n int, state string, maxMS int, img string, doTyping, doLaunches bool) 
 		for _, app := range apps {
 			for j := range modes {
 				md := modes[(i+j)%len(modes)] // rotate the order between rounds
-				acts, err := actions.TranslateClaude(actions.Computer20251124, []byte(app.input))
+				acts, err := vocab.TranslateClaude(vocab.Computer20251124, []byte(app.input))
 				if err != nil {
 					return err
 				}
 				key := app.name + "|" + string(md)
-				opts := actions.RunOptions{SettleMaxMS: maxMS, Screenshot: actions.ScreenshotAlways}
+				opts := player.RunOptions{SettleMaxMS: maxMS, Screenshot: player.ScreenshotAlways}
 				switch md {
 				case screenSettle:
 					opts.NoGuestSettle = true
 				case fixedSleep:
-					opts = actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}
+					opts = player.RunOptions{NoSettle: true, Screenshot: player.ScreenshotNever}
 				}
 				t0 := time.Now()
 				res, err := d.Run(ctx, native, acts, opts)
@@ -157,7 +159,7 @@ func run(n int, state string, maxMS int, img string, doTyping, doLaunches bool) 
 				}
 				if md == fixedSleep {
 					time.Sleep(2 * time.Second)
-					if _, _, err := actions.Encode(d.Display.Snapshot(), actions.EncodeOptions{}); err != nil {
+					if _, _, err := player.Encode(d.Display.Snapshot(), player.EncodeOptions{}); err != nil {
 						return err
 					}
 				}
@@ -228,17 +230,17 @@ func typing(ctx context.Context, m *vmm.Manager, d *desk.Desk, vm vmm.VM) error 
 	ascii := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 4)[:160]
 	uni := strings.Repeat("Grüße, café — naïve ✓ 日本語 ", 8)
 	uni = string([]rune(uni)[:160])
-	native := actions.ScreenshotSize{}
+	native := player.ScreenshotSize{}
 	var rows []string
 	for round := 0; round < 3; round++ {
 		for _, text := range []string{ascii, uni} {
 			acts := []actions.Action{actions.TypeText{Text: text}, actions.KeyPress{Keys: []actions.Key{mustKey("Return")}}}
 			t0 := time.Now()
-			if _, err := d.Run(ctx, native, acts[:1], actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}); err != nil {
+			if _, err := d.Run(ctx, native, acts[:1], player.RunOptions{NoSettle: true, Screenshot: player.ScreenshotNever}); err != nil {
 				return err
 			}
 			el := time.Since(t0)
-			if _, err := d.Run(ctx, native, acts[1:], actions.RunOptions{NoSettle: true, Screenshot: actions.ScreenshotNever}); err != nil {
+			if _, err := d.Run(ctx, native, acts[1:], player.RunOptions{NoSettle: true, Screenshot: player.ScreenshotNever}); err != nil {
 				return err
 			}
 			kind := "ASCII, VNC key events"
@@ -249,7 +251,7 @@ func typing(ctx context.Context, m *vmm.Manager, d *desk.Desk, vm vmm.VM) error 
 		}
 	}
 	// The typed text must have arrived: save and compare.
-	if _, err := d.Run(ctx, native, []actions.Action{actions.KeyPress{Keys: []actions.Key{mustKey("ctrl"), mustKey("s")}}}, actions.RunOptions{}); err != nil {
+	if _, err := d.Run(ctx, native, []actions.Action{actions.KeyPress{Keys: []actions.Key{mustKey("ctrl"), mustKey("s")}}}, player.RunOptions{}); err != nil {
 		return err
 	}
 	time.Sleep(time.Second)

@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -34,11 +36,16 @@ passed. Each step is printed; the live view's link is printed first. The
 episode ends at the end (unless --keep).
 
 --provider anthropic (the default) uses the Messages API with Claude's
-computer_20251124 tool and $ANTHROPIC_API_KEY ($ANTHROPIC_BASE_URL or
---base-url to point elsewhere). --provider openai uses the Responses API with
-the computer_use_preview tool and $OPENAI_API_KEY ($OPENAI_BASE_URL).`,
+computer toolset (computer_toolset_20260801, a turn's actions played as one
+batch) and $ANTHROPIC_API_KEY ($ANTHROPIC_BASE_URL or --base-url to point
+elsewhere); --tool computer_20251124 gives the older single tool instead.
+--provider openai uses the Responses API with OpenAI's computer tool and
+$OPENAI_API_KEY ($OPENAI_BASE_URL); --tool computer_use_preview gives the
+older preview tool. Without --model, each tool gets its model:
+` + toolModels(),
 		Example: `  deskfarm agent run "Open a terminal and print the date"
-  deskfarm agent run --provider openai --max-steps 10 "Open the file manager"`,
+  deskfarm agent run --provider openai --max-steps 10 "Open the file manager"
+  deskfarm agent run --tool computer_20251124 "Open the file manager"`,
 		Args: nArgs(1, 1, "TASK"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := conn.client()
@@ -49,6 +56,9 @@ the computer_use_preview tool and $OPENAI_API_KEY ($OPENAI_BASE_URL).`,
 			var res agentloop.Result
 			switch provider {
 			case "anthropic", "claude":
+				if opts.Tool == "" {
+					opts.Tool = agentloop.ClaudeTools[0]
+				}
 				key := env.Getenv("ANTHROPIC_API_KEY")
 				if key == "" {
 					return errors.New("set ANTHROPIC_API_KEY")
@@ -61,10 +71,13 @@ the computer_use_preview tool and $OPENAI_API_KEY ($OPENAI_BASE_URL).`,
 					o = append(o, aoption.WithBaseURL(baseURL))
 				}
 				if model == "" {
-					model = agentloop.DefaultClaudeModel
+					model = agentloop.DefaultModel(opts.Tool)
 				}
 				res, err = agentloop.Claude(cmd.Context(), c, anthropic.NewClient(o...), model, args[0], opts)
 			case "openai":
+				if opts.Tool == "" {
+					opts.Tool = agentloop.OpenAITools[0]
+				}
 				key := env.Getenv("OPENAI_API_KEY")
 				if key == "" {
 					return errors.New("set OPENAI_API_KEY")
@@ -77,11 +90,14 @@ the computer_use_preview tool and $OPENAI_API_KEY ($OPENAI_BASE_URL).`,
 					o = append(o, ooption.WithBaseURL(baseURL))
 				}
 				if model == "" {
-					model = agentloop.DefaultOpenAIModel
+					model = agentloop.DefaultModel(opts.Tool)
 				}
 				res, err = agentloop.OpenAI(cmd.Context(), c, openai.NewClient(o...), model, args[0], opts)
 			default:
 				return fmt.Errorf("--provider %q: want anthropic or openai", provider)
+			}
+			if errors.Is(err, agentloop.ErrUnknownTool) {
+				return fmt.Errorf("--tool with --provider %s: %w", provider, err)
 			}
 			if err != nil {
 				return err
@@ -95,8 +111,9 @@ the computer_use_preview tool and $OPENAI_API_KEY ($OPENAI_BASE_URL).`,
 	conn = addServerFlag(env, cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&provider, "provider", "anthropic", "anthropic or openai")
-	f.StringVar(&model, "model", "", fmt.Sprintf("model (default %s, or %s with --provider openai)",
-		agentloop.DefaultClaudeModel, agentloop.DefaultOpenAIModel))
+	f.StringVar(&opts.Tool, "tool", "", fmt.Sprintf("computer tool: %s (anthropic), %s (openai); default the first",
+		strings.Join(agentloop.ClaudeTools, ", "), strings.Join(agentloop.OpenAITools, ", ")))
+	f.StringVar(&model, "model", "", "model (default: the tool's, listed above)")
 	f.StringVar(&baseURL, "base-url", "", "the model API's base URL (default $ANTHROPIC_BASE_URL or $OPENAI_BASE_URL, else the provider's)")
 	f.StringVar(&opts.Pool, "pool", "", "pool of the episode (may be omitted when the farm has one pool)")
 	f.Float64Var(&opts.TTLS, "ttl", 0, "episode lease in seconds (default: the pool's)")
@@ -104,4 +121,13 @@ the computer_use_preview tool and $OPENAI_API_KEY ($OPENAI_BASE_URL).`,
 	f.BoolVar(&opts.KeepEpisode, "keep", false, "leave the episode running at the end (it ends with its lease)")
 	f.BoolVar(&opts.AcknowledgeSafetyChecks, "ack-safety-checks", false, "acknowledge OpenAI's pending safety checks instead of stopping at them")
 	return cmd
+}
+
+// toolModels lists the model each tool gets by default, a line each.
+func toolModels() string {
+	var b strings.Builder
+	for _, t := range slices.Concat(agentloop.ClaudeTools, agentloop.OpenAITools) {
+		fmt.Fprintf(&b, "  %-26s %s\n", t, agentloop.DefaultModel(t))
+	}
+	return b.String()
 }

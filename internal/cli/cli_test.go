@@ -402,6 +402,7 @@ func TestNoServerDependencies(t *testing.T) {
 				"github.com/deskfarm/deskfarm/pool", "github.com/deskfarm/deskfarm/vnc",
 				"github.com/deskfarm/deskfarm/vmm", "github.com/deskfarm/deskfarm/desk",
 				"github.com/deskfarm/deskfarm/web", "github.com/deskfarm/deskfarm/actions",
+				"github.com/deskfarm/deskfarm/player", "github.com/deskfarm/deskfarm/vocab",
 				"github.com/prometheus/",
 			} {
 				if dep == banned || strings.HasPrefix(dep, banned+"/") || strings.HasPrefix(dep, banned) && strings.HasSuffix(banned, "/") {

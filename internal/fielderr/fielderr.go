@@ -2,20 +2,90 @@
 // that names the request field at fault, in the spelling of the input it
 // came from ("memory_mib", "coordinate", "actions[2].x"), says what is wrong
 // and what is accepted, and wraps the sentinels it stands for. The layer
-// where the input is checked (vmm, actions, pool, web) creates it; web reads
-// the field with errors.As instead of parsing error text.
+// where the input is checked (vmm, actions, vocab, pool, web) creates it;
+// web reads the field with errors.As instead of parsing error text.
+//
+// The field is a Path (names and list indices), not a string, so a layer
+// that relabels a field in its caller's terms (vocab naming "actions[2].x"
+// as Claude's "coordinate") reads the steps instead of parsing text. A Path
+// is rendered ("actions[2].x") only where it leaves the process: the HTTP
+// error body and the error's message.
 package fielderr
 
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
+
+// Step is one step of a Path: a field's name, or an element of a list.
+type Step struct {
+	// Name is the field's name as the input spells it; "" for a list
+	// element.
+	Name string
+	// Index is the element's index when Name is "".
+	Index int
+}
+
+// Path names a field inside a request, outermost first: "actions[2].x" is
+// Name("actions").Index(2).Name("x"). The zero Path is the whole request.
+type Path []Step
+
+// Name returns the path of one field.
+func Name(name string) Path {
+	if name == "" {
+		return nil
+	}
+	return Path{{Name: name}}
+}
+
+// Name returns p followed by the field name.
+func (p Path) Name(name string) Path { return append(p[:len(p):len(p)], Step{Name: name}) }
+
+// Index returns p followed by list element i.
+func (p Path) Index(i int) Path { return append(p[:len(p):len(p)], Step{Index: i}) }
+
+// Join returns p followed by q.
+func (p Path) Join(q Path) Path { return append(p[:len(p):len(p)], q...) }
+
+// Head returns p's first step and the rest; ok is false for the zero Path.
+func (p Path) Head() (first Step, rest Path, ok bool) {
+	if len(p) == 0 {
+		return Step{}, nil, false
+	}
+	return p[0], p[1:], true
+}
+
+// Base returns the name of p's first step ("via" for via[1].x), or "".
+func (p Path) Base() string {
+	if len(p) == 0 {
+		return ""
+	}
+	return p[0].Name
+}
+
+// String renders p as the input spells it: "actions[2].x", "parameters.dy".
+func (p Path) String() string {
+	var b strings.Builder
+	for i, s := range p {
+		switch {
+		case s.Name == "":
+			b.WriteString("[" + strconv.Itoa(s.Index) + "]")
+		case i > 0:
+			b.WriteString("." + s.Name)
+		default:
+			b.WriteString(s.Name)
+		}
+	}
+	return b.String()
+}
 
 // Error is an invalid input that names its field.
 type Error struct {
-	// Field is the field as the caller spelled it; "" when the whole
+	// Path is the field as the caller spelled it; nil when the whole
 	// request is at fault.
-	Field string
+	Path Path
 	// Msg says what is wrong and what is accepted.
 	Msg string
 	// Errs are the sentinels this error stands for (e.g. vmm.ErrInvalid,
@@ -29,73 +99,65 @@ type Error struct {
 	Limit int
 }
 
-// New returns an Error for field wrapping the sentinels errs.
+// New returns an Error for the field named field (one name, as the input
+// spells it; "" for the whole request) wrapping the sentinels errs.
 func New(field string, msg string, errs ...error) *Error {
-	return &Error{Field: field, Msg: msg, Errs: errs}
+	return &Error{Path: Name(field), Msg: msg, Errs: errs}
 }
 
 // Newf is New with a formatted message; the sentinel comes first.
 func Newf(field string, sentinel error, format string, args ...any) *Error {
-	return &Error{Field: field, Msg: fmt.Sprintf(format, args...), Errs: []error{sentinel}}
+	return &Error{Path: Name(field), Msg: fmt.Sprintf(format, args...), Errs: []error{sentinel}}
+}
+
+// At is New for a field deeper in the request.
+func At(p Path, msg string, errs ...error) *Error {
+	return &Error{Path: p, Msg: msg, Errs: errs}
 }
 
 // Error returns "field NAME: message".
 func (e *Error) Error() string {
-	if e.Field == "" {
+	if len(e.Path) == 0 {
 		return e.Msg
 	}
-	return "field " + e.Field + ": " + e.Msg
+	return "field " + e.Path.String() + ": " + e.Msg
 }
 
 // Unwrap returns the sentinels, so errors.Is matches any of them.
 func (e *Error) Unwrap() []error { return e.Errs }
 
-// Field returns the field named by the first *Error in err's chain, or "".
-func Field(err error) string {
+// PathOf returns the path named by the first *Error in err's chain, or nil.
+func PathOf(err error) Path {
 	var fe *Error
 	if errors.As(err, &fe) {
-		return fe.Field
+		return fe.Path
 	}
-	return ""
+	return nil
 }
 
-// Prefix returns err with prefix put before the field name of the first
-// *Error in its chain (e.g. "actions[2]." + "x"); an err without one is
+// Field returns the rendered path of the first *Error in err's chain, or "".
+func Field(err error) string { return PathOf(err).String() }
+
+// Prefix returns err with prefix put before the path of the first *Error
+// in its chain (Name("actions").Index(2) before "x"); an err without one is
 // returned unchanged.
-func Prefix(prefix string, err error) error {
-	var fe *Error
-	if !errors.As(err, &fe) {
-		return err
-	}
-	c := *fe
-	switch {
-	case c.Field == "":
-		c.Field = trimDot(prefix)
-	default:
-		c.Field = prefix + c.Field
-	}
-	return &c
+func Prefix(prefix Path, err error) error {
+	return Rename(err, func(p Path) Path { return prefix.Join(p) })
 }
 
-// Rename returns err with its field renamed by f (e.g. "actions[0].x" to
+// Rename returns err with its path replaced by f's (e.g. "actions[0].x" by
 // "coordinate", the name the agent used); an err without an *Error is
 // returned unchanged.
-func Rename(err error, f func(field string) string) error {
+func Rename(err error, f func(Path) Path) error {
 	var fe *Error
 	if !errors.As(err, &fe) {
 		return err
 	}
 	c := *fe
-	c.Field = f(c.Field)
+	c.Path = f(c.Path)
 	return &c
 }
 
-func trimDot(s string) string {
-	if n := len(s); n > 0 && s[n-1] == '.' {
-		return s[:n-1]
-	}
-	return s
-}
-
-// InvalidField returns Field; web fills the error body's "field" from it.
-func (e *Error) InvalidField() string { return e.Field }
+// InvalidField returns the rendered path; web fills the error body's
+// "field" from it.
+func (e *Error) InvalidField() string { return e.Path.String() }

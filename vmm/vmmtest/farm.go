@@ -105,14 +105,14 @@ func (f *Farm) ready(id, op string) (*vmm.VM, error) {
 
 // Create makes a ready VM after BootTime, publishing Created and Ready.
 func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) {
-	if o.Image == "" {
-		return vmm.VM{}, fielderr.Newf("image", vmm.ErrInvalid, "required (e.g. \"desktop\" or \"tiny\")")
-	}
-	if err := vmm.ValidateLabels(o.Labels); err != nil {
+	// What no host accepts is refused as vmm.Manager refuses it; the
+	// defaults are vmm's.
+	o, err := o.Normalize()
+	if err != nil {
 		return vmm.VM{}, err
 	}
 	if len(f.Images) > 0 && !slices.Contains(f.Images, o.Image) {
-		return vmm.VM{}, &fielderr.Error{Field: "image", Msg: fmt.Sprintf("image %q is not one of %v", o.Image, f.Images),
+		return vmm.VM{}, &fielderr.Error{Path: fielderr.Name("image"), Msg: fmt.Sprintf("image %q is not one of %v", o.Image, f.Images),
 			Errs: []error{vmm.ErrUnknownImage}}
 	}
 	if f.CreateHook != nil {
@@ -133,20 +133,13 @@ func (f *Farm) Create(ctx context.Context, o vmm.CreateOptions) (vmm.VM, error) 
 		}
 	}
 	f.nextID++
-	network := o.Network
-	if network == "" {
-		network = vmm.NetworkNone
-	}
 	idf := f.IDFormat
 	if idf == "" {
 		idf = "vm%d"
 	}
-	v := &vmm.VM{Network: network, Forwards: o.Forwards, ID: fmt.Sprintf(idf, f.nextID), Image: o.Image, State: vmm.StateCreating,
-		MemoryMiB: cmp.Or(o.MemoryMiB, vmm.DefaultMemoryMiB), VCPUs: cmp.Or(o.VCPUs, vmm.DefaultVCPUs), Width: o.Width, Height: o.Height, Accel: "tcg",
-		CreatedAt: time.Now().Add(time.Duration(f.nextID) * time.Microsecond), Start: vmm.StartBoot, Labels: maps.Clone(o.Labels)}
-	if v.Width == 0 {
-		v.Width, v.Height = vmm.DefaultWidth, vmm.DefaultHeight
-	}
+	v := &vmm.VM{Network: o.Network, Forwards: o.Forwards, ID: fmt.Sprintf(idf, f.nextID), Image: o.Image, State: vmm.StateCreating,
+		MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, Width: o.Width, Height: o.Height, Accel: "tcg",
+		CreatedAt: time.Now().Add(time.Duration(f.nextID) * time.Microsecond), Start: vmm.StartBoot, Labels: o.Labels}
 	v.Domain = vmm.DomainPrefix + v.ID
 	f.vms[v.ID] = v
 	f.publish(vmm.EventCreated, v, "")

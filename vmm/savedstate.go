@@ -1,0 +1,92 @@
+package vmm
+
+// Saved ready states: the overlay of the first VM of an image and size,
+// copied once it holds the ready snapshot, from which later VMs like it
+// start instead of booting. The name of one says everything its content
+// depends on (templatePath).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// snapshotReady takes the ready snapshot and, if this image and size has no
+// saved ready state yet, keeps a copy of the overlay holding it for later
+// VMs to start from. The guest is paused meanwhile so the copy is
+// consistent; a failed copy costs later VMs a boot, not this one its create.
+func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) error {
+	mon := mc.handles().mon
+	if err := mon.stop(ctx); err != nil {
+		return err
+	}
+	err := mon.saveVM(ctx, readySnapshot)
+	if err == nil && !fileExists(tmpl) {
+		if terr := copyFile(filepath.Join(mc.spec.Dir, "disk.qcow2"), tmpl); terr != nil {
+			m.log.Warn("could not save ready state for later VMs", "vm", mc.spec.ID, "op", "snapshot", "err", terr)
+		} else {
+			m.log.Info("saved ready state for later VMs", "vm", mc.spec.ID, "op", "snapshot", "path", tmpl)
+		}
+	}
+	if cerr := mon.cont(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// templatePath is where the saved ready state of VMs like opts lives. Its
+// name holds everything the saved state depends on: the base image's hash
+// and the virtual hardware (RAM size, vCPUs, screen, accelerator).
+func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
+	hash := img.Hash
+	if len(hash) > 16 {
+		hash = hash[:16]
+	}
+	// A saved state holds the guest's devices: a VM with a NIC cannot load
+	// one without, and the other way round. Forwards are host-side only.
+	net := ""
+	if hasNIC(opts.Network, opts.Forwards) {
+		net = "-net"
+	}
+	name := fmt.Sprintf("%s-%s-%dm-%dc-%dx%d-%s%s.qcow2", img.Name, hash, opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel, net)
+	return filepath.Join(m.cfg.StateDir, "saved", name)
+}
+
+// copyOverlay makes a VM's overlay from a saved ready state.
+func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
+	if err := makeVMDir(dir, m.uid, m.gid); err != nil {
+		return err
+	}
+	if err := copyFile(tmpl, overlay); err != nil {
+		return err
+	}
+	if err := chownPrivate(overlay, m.uid, m.gid); err != nil {
+		return fmt.Errorf("overlay %s: %w", overlay, err)
+	}
+	return nil
+}
+
+// copyFile copies src to dst atomically (a temp file renamed into place).
+func copyFile(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	out, err := exec.Command("cp", "--sparse=always", src, tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("copy %s to %s: %w: %s", src, tmp, err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
