@@ -254,8 +254,8 @@ mkdir -p "$root$home/Desktop"
 variant_configure
 in_root chown -R user:user $home
 
-# Every panel launcher names an installed application: lxpanel silently
-# drops a button whose desktop file is missing.
+# Every panel launcher must name an installed desktop file: the launchers
+# are what agents click, so a renamed package fails the build, not an agent.
 for id in $(sed -n 's/^ *id=\(.*\.desktop\)$/\1/p' "$root$home/.config/lxpanel/deskfarm/panels/panel"); do
 	if [ ! -e "$root/usr/share/applications/$id" ]; then
 		echo "build.sh: the panel's launcher $id is not installed" >&2
