@@ -266,6 +266,8 @@ func (c *Config) Override(s string) error {
 		p.Image = val
 	case "screenshot_size":
 		p.ScreenshotSize = val
+	case "network":
+		p.Network = val
 	case "memory_mib":
 		return num(&p.MemoryMiB)
 	case "vcpus":

@@ -100,6 +100,20 @@ func TestDefaultConfigAndOverride(t *testing.T) {
 	if c.Pools[0].MinWarm != 2 || c.Validate() != nil {
 		t.Fatalf("override: %+v %v", c.Pools[0], c.Validate())
 	}
+	// The README's one line for giving a pool's VMs a network.
+	if err := c.Override("desktop.network=user"); err != nil {
+		t.Fatal(err)
+	}
+	if o := c.Pools[0].createOptions(); o.Network != vmm.NetworkUser || c.Validate() != nil {
+		t.Fatalf("override network: %+v %v", o, c.Validate())
+	}
+	if err := c.Override("desktop.network=bridge"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("network bridge validated: %v", err)
+	}
+	c.Pools[0].Network = ""
 	for _, bad := range []string{"desktop", "nopool.max=1", "desktop.nofield=1", "desktop.max=x"} {
 		if err := c.Override(bad); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("override %q: %v", bad, err)

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # build.sh OUTDIR builds deskfarm's "desktop" image: Debian bookworm with a
-# light LXDE-style session (Xorg on bochs-drm, openbox, lxpanel, pcmanfm,
-# lxterminal, mousepad), user "user" logged in automatically, the QEMU guest
-# agent, and a readiness signal on the virtio-serial port
-# org.deskfarm.session.0 once the panel is drawn.
+# light LXDE-style session (Xorg on bochs-drm, openbox, lxpanel, pcmanfm),
+# the apps of Anthropic's computer-use reference desktop, each a launcher on
+# the panel (a terminal: lxterminal; a file manager: pcmanfm; a text editor:
+# mousepad; a web browser: Firefox ESR; LibreOffice Writer, Calc and Impress;
+# a paint program: mtPaint; a calculator: galculator), user "user" logged in
+# automatically, the QEMU guest agent, and a readiness signal on the
+# virtio-serial port org.deskfarm.session.0 once the panel is drawn.
 #
 # It writes into OUTDIR:
 #   disk.qcow2  whole-disk ext4 (no partition table, root=/dev/vda), 6 GiB virtual
@@ -41,8 +44,15 @@ root=$work/rootfs
 image=desktop
 disk_size=6G
 password=user
-# the session's own programs
-session_packages=(openbox lxpanel pcmanfm lxterminal mousepad)
+# the session's own programs and its apps (a variant that sets its own
+# replaces all of them)
+session_packages=(
+	openbox lxpanel pcmanfm lxterminal mousepad
+	firefox-esr
+	libreoffice-writer libreoffice-calc libreoffice-impress libreoffice-gtk3
+	libreoffice-style-colibre fonts-liberation2
+	mtpaint galculator
+)
 extra_packages=()
 # variant_configure runs at the end of step 3, before the user's home is
 # chowned: it installs the variant's files. variant_check, if defined, is
@@ -187,6 +197,9 @@ APT::Install-Suggests "false";
 Acquire::Languages "none";
 EOF
 put 0644 dpkg-nodoc /etc/dpkg/dpkg.cfg.d/deskfarm-nodoc
+# dpkg syncs each file it unpacks; the build writes the file system out
+# whole at the end, so it needs none of that (removed in the clean-up).
+echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/deskfarm-unsafe-io"
 # No daemons start in the chroot.
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 0755 "$root/usr/sbin/policy-rc.d"
@@ -229,9 +242,26 @@ put 0644 lxpanel.conf $home/.config/lxpanel/deskfarm/config
 put 0644 pcmanfm.conf $home/.config/pcmanfm/deskfarm/pcmanfm.conf
 put 0644 desktop-items-0.conf $home/.config/pcmanfm/deskfarm/desktop-items-0.conf
 put 0644 libfm.conf $home/.config/libfm/libfm.conf
+put 0644 registrymodifications.xcu $home/.config/libreoffice/4/user/registrymodifications.xcu
+# Firefox's first start opens no welcome, privacy-notice or what's-new page
+# and reaches for no network (telemetry, studies, updates, captive-portal
+# and connectivity checks, Safe Browsing lists): the guest has none by
+# default, and each would cost an agent a screenshot or a timeout.
+if [ -e "$root/usr/lib/firefox-esr/firefox-esr" ]; then
+	put 0644 firefox-policies.json /usr/lib/firefox-esr/distribution/policies.json
+fi
 mkdir -p "$root$home/Desktop"
 variant_configure
 in_root chown -R user:user $home
+
+# Every panel launcher must name an installed desktop file: the launchers
+# are what agents click, so a renamed package fails the build, not an agent.
+for id in $(sed -n 's/^ *id=\(.*\.desktop\)$/\1/p' "$root$home/.config/lxpanel/deskfarm/panels/panel"); do
+	if [ ! -e "$root/usr/share/applications/$id" ]; then
+		echo "build.sh: the panel's launcher $id is not installed" >&2
+		exit 1
+	fi
+done
 
 in_root systemctl mask "${masked_units[@]}"
 mkdir -p "$root/etc/systemd/system-generators"
@@ -261,7 +291,7 @@ for d in "${pruned_modules[@]}"; do
 	rm -rf "$root/lib/modules/$kver/kernel/$d"
 done
 in_root depmod -a "$kver"
-rm -f "$root/usr/sbin/policy-rc.d"
+rm -f "$root/usr/sbin/policy-rc.d" "$root/etc/dpkg/dpkg.cfg.d/deskfarm-unsafe-io"
 in_root apt-get clean
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
 	"$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \

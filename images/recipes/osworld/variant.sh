@@ -38,7 +38,6 @@ variant_configure() {
 	site=$(in_root python3 -c 'import sys; print("/usr/local/lib/python3.%d/dist-packages" % sys.version_info[1])')
 	put 0644 pyautogui.py "$site/pyautogui.py"
 	put 0644 vlcrc $home/.config/vlc/vlcrc
-	put 0644 registrymodifications.xcu $home/.config/libreoffice/4/user/registrymodifications.xcu
 	local d
 	for d in Documents Downloads Music Pictures Public Templates Videos; do
 		mkdir -p "$root$home/$d"
