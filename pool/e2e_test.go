@@ -9,10 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -145,7 +143,7 @@ func TestE2EEpisodes(t *testing.T) {
 	// pool already heard of it and ended the episode), the pool replaces
 	// the VM.
 	dead := eps[0]
-	killQEMU(t, dead.VM)
+	testenv.KillQEMU(t, dead.VM)
 	call("POST", "/v1/episodes/"+dead.ID+"/exec", web.ExecRequest{Argv: []string{"true"}}, 410, &e)
 	if e.Error.Code != web.CodeVMDead && e.Error.Code != web.CodeEpisodeEnded {
 		t.Fatalf("call on dead vm: %+v", e)
@@ -206,24 +204,6 @@ func TestE2EEpisodes(t *testing.T) {
 	call("GET", "/metrics", nil, 200, nil)
 }
 
-// killQEMU kills a VM's QEMU with SIGKILL, as a crash or the OOM killer
-// would; libvirt writes the pid to /run/libvirt/qemu/<domain>.pid.
-func killQEMU(t *testing.T, vm string) {
-	t.Helper()
-	pidFile := filepath.Join("/run/libvirt/qemu", vmm.DomainPrefix+vm+".pid")
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatalf("qemu pid of vm %s: %v", vm, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("qemu pid file %s: %q: %v", pidFile, b, err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 %d (qemu of vm %s): %v", pid, vm, err)
-	}
-}
-
 // leaseSpy records the episode labels and resets the pool asks of each VM.
 type leaseSpy struct {
 	pool.VMs
@@ -280,7 +260,7 @@ func TestE2EKilledWarmVMLeavesPool(t *testing.T) {
 	dead := warmVM()
 
 	killed := time.Now()
-	killQEMU(t, dead)
+	testenv.KillQEMU(t, dead)
 	inPool := func() bool {
 		for _, v := range pm.Pools()[0].VMs {
 			if v.VM == dead {

@@ -6,11 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,14 +110,7 @@ func TestE2EResetDuringAnotherVMsWait(t *testing.T) {
 		st, body := post(a.ID, "/actions", `{"actions":[{"kind":"wait","duration_ms":100000}],"screenshot":"never"}`)
 		aDone <- answer{st, body}
 	}()
-	pid, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", vmm.DomainPrefix+b.ID+".pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
-	if err := syscall.Kill(n, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	testenv.KillQEMU(t, b.ID)
 	select {
 	case <-v.Done():
 	case <-time.After(stallBound):

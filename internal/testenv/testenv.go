@@ -8,6 +8,10 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,4 +83,22 @@ func Cleanup(t testing.TB, m *vmm.Manager) {
 		}
 	}
 	m.Close()
+}
+
+// KillQEMU kills VM vm's QEMU with SIGKILL, as a crash or the OOM killer
+// would; libvirt writes the pid to /run/libvirt/qemu/<domain>.pid.
+func KillQEMU(t testing.TB, vm string) {
+	t.Helper()
+	pidFile := filepath.Join("/run/libvirt/qemu", vmm.DomainPrefix+vm+".pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("qemu pid of vm %s: %v", vm, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("qemu pid file %s: %q: %v", pidFile, b, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (qemu of vm %s): %v", pid, vm, err)
+	}
 }
