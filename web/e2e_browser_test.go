@@ -66,10 +66,22 @@ func TestE2EBrowserBackForward(t *testing.T) {
 		}
 	}
 
-	if _, err := guestx.Output(ctx, m, vm.ID, guestx.Cmd{Shell: "setsid google-chrome --start-maximized file:///home/user/p1.html >/dev/null 2>&1 </dev/null &"}); err != nil {
-		t.Fatal(err)
+	launch := func() {
+		t.Helper()
+		if _, err := guestx.Output(ctx, m, vm.ID, guestx.Cmd{Shell: "setsid google-chrome --start-maximized file:///home/user/p1.html >/dev/null 2>&1 </dev/null &"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	waitTitle(first, 5*time.Minute)
+	launch()
+	// In a freshly booted guest (no saved state yet) Chromium's first
+	// window once stayed "Untitled - Chromium" for 5 minutes under TCG (CI,
+	// 2026-12-01). A user would open the page again; so does the test,
+	// once: a second launch hands the URL to the running browser.
+	if !titleWithin(first, 3*time.Minute) {
+		t.Logf("focused window titled %s after 3m; opening the page again", lastTitle)
+		launch()
+	}
+	waitTitle(first, 3*time.Minute)
 	// The title comes well before the page is painted and takes input:
 	// under TCG Chromium showed a blank window for another 45 s, and a
 	// click then was lost (seen in CI). Wait, as a user would, until the
