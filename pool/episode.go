@@ -20,6 +20,22 @@ const (
 	ReasonVMGone  = "vm_gone" // the VM disappeared (destroyed outside the pool, or lost across a restart)
 )
 
+// reasonText says in words why an episode ended, for errors a client reads.
+var reasonText = map[string]string{
+	ReasonDeleted: "it was deleted",
+	ReasonExpired: "its TTL ran out",
+	ReasonVMDied:  "its VM died (QEMU exited) and is being replaced",
+	ReasonVMGone:  "its VM disappeared",
+}
+
+// DescribeReason is the end reason in words, with its code.
+func DescribeReason(reason string) string {
+	if t, ok := reasonText[reason]; ok {
+		return t + " (" + reason + ")"
+	}
+	return reason
+}
+
 // Episode is one lease of a pool VM.
 type Episode struct {
 	ID    string

@@ -199,7 +199,13 @@ func (s *server) onEpisode(h targetHandler) apiHandler {
 			// The pool learns of the death from the farm's EventDied.
 			return fmt.Errorf("episode %s (vm %s): %w; the episode is ended and the pool replaces the vm", id, vm, err)
 		case ctx.Err() != nil && r.Context().Err() == nil:
-			return fmt.Errorf("episode %s (vm %s): %w during the call: %w", id, vm, pool.ErrEpisodeEnded, err)
+			// Say why it ended: a client told only "ended" cannot tell a
+			// TTL from a dead VM (the faults test's QEMU kill read so).
+			why := "it was ended"
+			if now, gerr := s.pools.Get(id); gerr == nil && now.EndReason != "" {
+				why = pool.DescribeReason(now.EndReason)
+			}
+			return fmt.Errorf("episode %s (vm %s): %w during the call, because %s: %w", id, vm, pool.ErrEpisodeEnded, why, err)
 		}
 		return fmt.Errorf("episode %s (vm %s): %w", id, vm, err)
 	}
