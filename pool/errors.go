@@ -25,4 +25,6 @@ var (
 	ErrNotLeased = errors.New("pool vm not leased")
 	// ErrClosed means the Manager is closed.
 	ErrClosed = errors.New("pool manager closed")
+	// ErrNotWarm: StartOn named a VM that is not warm, clean and unleased.
+	ErrNotWarm = errors.New("pool vm not warm")
 )
