@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,8 +61,16 @@ type Config struct {
 	// StateDir is the farm's --state-dir: not /tmp (QEMU must reach it),
 	// and not a user's /var/lib/deskfarm. Required.
 	StateDir string
-	// Pools is the pool config file's YAML. Required.
+	// Pools is the pool config file's YAML. Required unless Args make
+	// serve take its pools from elsewhere (a cluster's DesktopPools).
 	Pools string
+	// Args are more serve flags, after the ones Config sets.
+	Args []string
+	// Env is added to serve's environment.
+	Env []string
+	// Prefix runs serve under another command, e.g. `ip netns exec NS`
+	// for a node agent in its own network namespace.
+	Prefix []string
 	// Log receives the server's stdout and stderr; nil discards them.
 	Log io.Writer
 	// Listen is host:port; empty picks a free loopback port once, kept
@@ -81,8 +90,8 @@ type Farm struct {
 // Start writes the pools file into a fresh dir next to nothing QEMU reads,
 // starts `deskfarm serve` and waits until /healthz answers.
 func Start(ctx context.Context, cfg Config) (*Farm, error) {
-	if cfg.Bin == "" || cfg.StateDir == "" || cfg.Pools == "" {
-		return nil, errors.New("farmproc: Bin, StateDir and Pools are required")
+	if cfg.Bin == "" || cfg.StateDir == "" || (cfg.Pools == "" && len(cfg.Args) == 0) {
+		return nil, errors.New("farmproc: Bin, StateDir and Pools (or Args) are required")
 	}
 	if cfg.Listen == "" {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -108,12 +117,22 @@ func (f *Farm) start(ctx context.Context) error {
 	if err := os.MkdirAll(f.cfg.StateDir, 0o755); err != nil {
 		return err
 	}
-	poolsFile := filepath.Join(filepath.Dir(f.cfg.Bin), "pools.yaml")
-	if err := os.WriteFile(poolsFile, []byte(f.cfg.Pools), 0o644); err != nil {
-		return err
+	argv := append(slices.Clone(f.cfg.Prefix), f.cfg.Bin, "serve", "--listen", f.cfg.Listen, "--state-dir", f.cfg.StateDir)
+	if f.cfg.Pools != "" {
+		// One file per state dir: two farms built from one binary each
+		// keep their own.
+		poolsFile := filepath.Join(filepath.Dir(f.cfg.Bin), "pools-"+filepath.Base(f.cfg.StateDir)+".yaml")
+		if err := os.WriteFile(poolsFile, []byte(f.cfg.Pools), 0o644); err != nil {
+			return err
+		}
+		argv = append(argv, "--pools", poolsFile)
 	}
-	cmd := exec.Command(f.cfg.Bin, "serve", "--listen", f.cfg.Listen, "--state-dir", f.cfg.StateDir, "--pools", poolsFile)
+	argv = append(argv, f.cfg.Args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f.cfg.Log, f.cfg.Log
+	if len(f.cfg.Env) > 0 {
+		cmd.Env = append(os.Environ(), f.cfg.Env...)
+	}
 	// Its own process group: a Ctrl-C of the test reaches the test, which
 	// then stops the farm in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
