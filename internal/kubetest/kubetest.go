@@ -83,9 +83,13 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	if host == BridgeIP {
 		Bridge(t)
 	}
+	removeStale()
 	dir, err := os.MkdirTemp("/var/lib", filepath.Base(DataPrefix))
 	if err != nil {
 		t.Fatalf("kubetest: data dir: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatalf("kubetest: %v", err)
 	}
 	c := &ControlPlane{dir: dir, bin: bin}
 	t.Cleanup(func() { c.cleanup(t) })
@@ -233,6 +237,25 @@ func waitHealthy(p *proc, url string, cl *http.Client, token string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("%s: %s not healthy after %v: %w\n%s", p.name, url, readyWait, last, tail(p.log, 40))
+}
+
+// ownerFile in a data dir holds the pid of the test process that made it.
+const ownerFile = "owner.pid"
+
+// removeStale removes the data dirs of test processes that died without
+// cleaning up (killed by a timeout: their etcd and apiserver died with
+// them, Pdeathsig).
+func removeStale() {
+	dirs, _ := filepath.Glob(DataPrefix + "*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue // being made, or not ours
+		}
+		if pid, err := strconv.Atoi(string(b)); err == nil && !alive(pid) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // freePort returns a TCP port free on host now. Another process may take

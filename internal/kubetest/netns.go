@@ -80,9 +80,12 @@ func NetNS(t testing.TB, name string) *Netns {
 }
 
 // Command runs argv inside the netns (ip netns exec, which execs argv:
-// the process is argv's own).
+// the process is argv's own, so its pid is cmd.Process.Pid). It is killed
+// when the test process dies (Pdeathsig), and by the netns's cleanup.
 func (n *Netns) Command(ctx context.Context, argv ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, argv...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // Addr is host:port on n's address.

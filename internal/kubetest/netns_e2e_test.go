@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,11 @@ func TestNetNSE2E(t *testing.T) {
 		want := "hello from " + a.Addr(8080)
 		if got := getWhenUp(t, "http://"+a.Addr(8080)+"/"); got != want {
 			t.Errorf("host GET of netns %s's server: %q, want %q", a.Name, got, want)
+		}
+		// It answers, so it runs in the netns; its pid is the server's own
+		// (ip execs it), so a test can kill -9 an agent by cmd.Process.
+		if pids, err := exec.Command("ip", "netns", "pids", a.Name).Output(); err != nil || strings.TrimSpace(string(pids)) != strconv.Itoa(srv.Process.Pid) {
+			t.Errorf("pids in netns %s: %q (%v), want the server's %d", a.Name, pids, err, srv.Process.Pid)
 		}
 		out, err := helper(ctx, t, b, "get", "URL=http://"+a.Addr(8080)+"/").Output()
 		if err != nil {
