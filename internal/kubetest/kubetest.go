@@ -189,17 +189,18 @@ func (c *ControlPlane) httpClient() (*http.Client, error) {
 }
 
 // cleanup stops both processes and removes the data dir; when the test
-// failed it logs the end of each log first.
+// failed it logs the end of each process's log first.
 func (c *ControlPlane) cleanup(t testing.TB) {
 	for _, p := range []*proc{c.apiserver, c.etcd} {
 		if p == nil {
 			continue
 		}
-		if err := p.stop(); err != nil {
-			t.Errorf("kubetest cleanup: %v", err)
-		}
+		// Before the stop, whose shutdown lines would fill the tail.
 		if t.Failed() {
 			t.Logf("kubetest: end of %s:\n%s", p.log, tail(p.log, 40))
+		}
+		if err := p.stop(); err != nil {
+			t.Errorf("kubetest cleanup: %v", err)
 		}
 	}
 	if err := os.RemoveAll(c.dir); err != nil {

@@ -43,25 +43,30 @@ type Netns struct {
 // virbr0); netns and their veths go with their tests.
 func Bridge(t testing.TB) string {
 	t.Helper()
+	unlock := lockBridge(t)
+	unlock()
+	return BridgeIP
+}
+
+// lockBridge takes the host-wide lock over the bridge and the address
+// allocations, with the bridge up.
+func lockBridge(t testing.TB) (unlock func()) {
+	t.Helper()
 	requireRoot(t)
-	unlock := lockState(t)
-	defer unlock()
+	unlock = lockState(t)
 	if err := ensureBridge(); err != nil {
+		unlock()
 		t.Fatalf("kubetest: bridge %s: %v", BridgeName, err)
 	}
-	return BridgeIP
+	return unlock
 }
 
 // NetNS creates a network namespace with the next free address on the
 // bridge and lo up; t.Cleanup kills what still runs in it and removes it.
 func NetNS(t testing.TB, name string) *Netns {
 	t.Helper()
-	requireRoot(t)
-	unlock := lockState(t)
+	unlock := lockBridge(t)
 	defer unlock()
-	if err := ensureBridge(); err != nil {
-		t.Fatalf("kubetest: bridge %s: %v", BridgeName, err)
-	}
 	n, err := allocate(name)
 	if err != nil {
 		t.Fatalf("kubetest: netns %s: %v", name, err)
