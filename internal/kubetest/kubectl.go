@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -149,4 +151,34 @@ func (c *ControlPlane) Namespace(t testing.TB) string {
 		t.Fatalf("kubetest: create namespace %s: %v", name, err)
 	}
 	return name
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as
+// ServiceAccount name in namespace (created if missing) with a token from
+// the TokenRequest API, valid for a day, and returns its path: an agent
+// started with it has exactly the rights RBAC gives that account, as in a
+// pod (e.g. deploy/kubernetes/rbac.yaml's deskfarm-agent).
+func (c *ControlPlane) ServiceAccountKubeconfig(t testing.TB, namespace, name string) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatalf("kubetest: clientset: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if _, err := cs.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("kubetest: create ServiceAccount %s/%s: %v", namespace, name, err)
+	}
+	day := int64(24 * 60 * 60)
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &day}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: token of ServiceAccount %s/%s: %v", namespace, name, err)
+	}
+	path := filepath.Join(c.dir, "kubeconfig-"+namespace+"-"+name)
+	if err := writeKubeconfig(path, c.URL, c.CAFile, tr.Status.Token); err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	return path
 }

@@ -133,3 +133,24 @@ func writeFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// A ServiceAccount's kubeconfig authenticates as that account and has only
+// the rights RBAC grants it (none here).
+func TestServiceAccountKubeconfigE2E(t *testing.T) {
+	c := Start(t, Options{})
+	ns := c.Namespace(t)
+	kc := c.ServiceAccountKubeconfig(t, ns, "agent")
+	ctx := context.Background()
+	who, err := c.Kubectl(ctx, "--kubeconfig="+kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "system:serviceaccount:" + ns + ":agent"; who != want {
+		t.Errorf("whoami %q, want %q", who, want)
+	}
+	_, err = c.Kubectl(ctx, "--kubeconfig="+kc, "get", "configmaps", "-n", ns)
+	var ke *KubectlError
+	if !errors.As(err, &ke) || !strings.Contains(ke.Stderr, "forbidden") {
+		t.Errorf("list configmaps as a ServiceAccount without a Role: %v, want forbidden", err)
+	}
+}
