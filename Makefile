@@ -12,13 +12,13 @@ GO_TEST_TIMEOUT ?= 75m
 SOAK_DURATION ?= 20m
 SOAK_PARALLEL ?= 2
 
-.PHONY: run test setup build images unit e2e vet bench soak clean novnc
+.PHONY: run test setup build images unit e2e vet bench soak clean novnc kube
 
 run: setup build
 	$(BIN) image build $(IMAGES)
 	$(BIN) serve --listen $(LISTEN) --warm $(firstword $(IMAGES))
 
-test: setup build vet unit
+test: setup build vet unit kube
 	$(BIN) image build tiny desktop osworld
 	DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout $(GO_TEST_TIMEOUT) -p 1 -run 'E2E' ./...
 	go run ./bench/soak -duration 2m -parallel $(SOAK_PARALLEL)
@@ -34,6 +34,13 @@ NOVNC_VERSION ?= 1.7.0
 novnc:
 	@test -f web/assets/vendor/node_modules/@novnc/novnc/core/rfb.js || \
 		npm install --prefix web/assets/vendor --no-save --no-package-lock --no-audit --no-fund @novnc/novnc@$(NOVNC_VERSION)
+
+# The real Kubernetes control plane the cluster tests run against
+# (kube-apiserver, kubectl, etcd, built from the Go module proxy; see
+# internal/kubetest): minutes the first time, then cached under
+# /var/cache/deskfarm/kube by version and recipe.
+kube:
+	@d=$$(scripts/kube/build.sh) && echo "kube: control plane binaries in $$d"
 
 build:
 	go build -o $(BIN) ./cmd/deskfarm

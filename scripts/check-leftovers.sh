@@ -4,6 +4,7 @@
 # of the tests (/var/lib/deskfarm-test), the fault tests
 # (/var/lib/deskfarm-test-faults), the benchmarks (/var/lib/deskfarm-bench)
 # and the soak (/var/lib/deskfarm-soak); never a user's /var/lib/deskfarm.
+# It also checks that kubetest's control planes and netns are gone.
 set -euo pipefail
 dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-faults /var/lib/deskfarm-bench /var/lib/deskfarm-soak)
 bad=0
@@ -24,5 +25,22 @@ for s in "${dirs[@]}"; do
 		bad=1
 	fi
 done
-[ $bad = 0 ] && echo "leftovers: none (no deskfarm domains, overlays or sockets)"
+# internal/kubetest: control planes' data dirs and processes, and the
+# network namespaces of simulated node agents (the dfk-br0 bridge stays).
+kube=$(ls -d /var/lib/deskfarm-test-kube-* 2>/dev/null || true)
+if [ -n "$kube" ]; then
+	echo "leftover kubetest data dirs: $kube" >&2
+	bad=1
+fi
+procs=$(pgrep -a -f 'deskfarm-test-kube-' || true)
+if [ -n "$procs" ]; then
+	echo "leftover kubetest processes: $procs" >&2
+	bad=1
+fi
+netns=$(ip netns list 2>/dev/null | grep -o '^dfk-[^ ]*' || true)
+if [ -n "$netns" ]; then
+	echo "leftover kubetest network namespaces: $netns" >&2
+	bad=1
+fi
+[ $bad = 0 ] && echo "leftovers: none (no deskfarm domains, overlays, sockets, kubetest control planes or netns)"
 exit $bad
