@@ -121,6 +121,10 @@ type Agent struct {
 	leases     coordlisters.LeaseNamespaceLister
 
 	n counters
+	// lastRenew and upSince (UnixNano) are this agent's last successful
+	// Lease renewal and the first of the current run of them: its own
+	// evidence that the apiserver serves (lost).
+	lastRenew, upSince atomic.Int64
 
 	mu sync.Mutex
 	// known are the episodes the local pool has held (or StartOn gave it),

@@ -386,7 +386,7 @@ func (a *Agent) Locate(episode string) (Placement, error) {
 			continue
 		}
 		p := placement(d, a.opts.Node)
-		if !a.alive(d.Spec.Node, time.Now()) {
+		if a.lost(d.Spec.Node) {
 			return p, fmt.Errorf("episode %s on node %s: %w", episode, d.Spec.Node, ErrNodeLost)
 		}
 		return p, nil

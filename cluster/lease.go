@@ -20,16 +20,23 @@ const AnnotationURL = "deskfarm.dev/url"
 func (a *Agent) leaseLoop(ctx context.Context) {
 	every := a.opts.LeaseDuration / 3
 	var lease *coordv1.Lease
-	failing := false
+	failing := true
 	for {
 		var err error
 		lease, err = a.renew(ctx, lease)
+		if err == nil {
+			now := time.Now().UnixNano()
+			if failing {
+				a.upSince.Store(now)
+			}
+			a.lastRenew.Store(now)
+		}
 		switch {
 		case err != nil && !failing:
 			a.log.Warn("node lease renewal failed", "op", "lease", "err", err)
 			failing = true
 		case err == nil && failing:
-			a.log.Info("node lease renewed again", "op", "lease")
+			a.log.Info("node lease renewed", "op", "lease")
 			failing = false
 		}
 		select {
@@ -95,7 +102,9 @@ func (a *Agent) leaseSpec(l *coordv1.Lease) *coordv1.Lease {
 }
 
 // alive says whether node's agent renewed its Lease within its duration
-// (as this agent's cache has it). This agent is always alive to itself.
+// (as this agent's cache has it): the claim path's rule, which skips a
+// node at once. (With the apiserver away no claim lands anyway.) This
+// agent is always alive to itself.
 func (a *Agent) alive(node string, now time.Time) bool {
 	if node == a.opts.Node {
 		return true
@@ -107,8 +116,44 @@ func (a *Agent) alive(node string, now time.Time) bool {
 	return leaseLive(l, now)
 }
 
+// lost says whether node's agent is lost as Locate tells a holder (a 410
+// ends its episode for it): its Lease expired while this agent's own
+// renewals show the apiserver was up for a whole renew period after that
+// expiry, during which a live agent would have renewed. An apiserver
+// outage ages every cached Lease, but no node is lost for it.
+func (a *Agent) lost(node string) bool {
+	if node == a.opts.Node {
+		return false
+	}
+	l, err := a.leases.Get(LeaseName(node))
+	if err != nil {
+		return true
+	}
+	if leaseLive(l, time.Now()) {
+		return false
+	}
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return true
+	}
+	deadline := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+	return lostAfter(deadline, time.Unix(0, a.upSince.Load()), time.Unix(0, a.lastRenew.Load()), a.opts.LeaseDuration/3)
+}
+
+// lostAfter: the apiserver, up since upSince and last written at lastOK,
+// served for at least period after deadline.
+func lostAfter(deadline, upSince, lastOK time.Time, period time.Duration) bool {
+	from := deadline
+	if upSince.After(from) {
+		from = upSince
+	}
+	return lastOK.Sub(from) >= period
+}
+
 // leaseLive: now is within the Lease's renewTime + duration.
 func leaseLive(l *coordv1.Lease, now time.Time) bool {
+	if l == nil {
+		return false
+	}
 	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
 		return false
 	}

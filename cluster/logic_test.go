@@ -208,3 +208,23 @@ func TestDecideClaim(t *testing.T) {
 		}
 	}
 }
+
+func TestLostAfter(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	period := 5 * time.Second
+	for _, tc := range []struct {
+		name                    string
+		deadline, upSince, last time.Time
+		want                    bool
+	}{
+		{"apiserver up all along, a period past the deadline", t0, t0.Add(-time.Hour), t0.Add(period), true},
+		{"apiserver up, less than a period past", t0, t0.Add(-time.Hour), t0.Add(period - time.Second), false},
+		{"our renewals failing since before the deadline (outage)", t0, t0.Add(-time.Hour), t0.Add(-time.Second), false},
+		{"apiserver back just now: the node has had no period to renew", t0, t0.Add(time.Minute), t0.Add(time.Minute + time.Second), false},
+		{"apiserver back a period ago and still no renewal", t0, t0.Add(time.Minute), t0.Add(time.Minute + period), true},
+	} {
+		if got := lostAfter(tc.deadline, tc.upSince, tc.last, period); got != tc.want {
+			t.Errorf("%s: lostAfter = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
