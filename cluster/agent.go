@@ -145,7 +145,8 @@ type Agent struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	runOne sync.Once
+	done   chan struct{} // closed when run returns
+	runErr error
 }
 
 var _ Front = (*Agent)(nil)
@@ -157,8 +158,8 @@ const (
 	indexFree    = "free" // pool of free desktops
 )
 
-// New builds an agent; Run starts it. ctx bounds the agent's life (Close
-// ends it earlier).
+// New builds and starts an agent: it runs until ctx ends or Close is
+// called (Run waits for that).
 func New(ctx context.Context, opts Options) (*Agent, error) {
 	switch {
 	case opts.Config == nil:
@@ -234,6 +235,11 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("cluster agent: indexers: %w", err)
 	}
 	a.handleEvents()
+	a.done = make(chan struct{})
+	go func() {
+		defer close(a.done)
+		a.runErr = a.run()
+	}()
 	return a, nil
 }
 
@@ -310,15 +316,16 @@ func (a *Agent) Stats() Stats {
 		LeaseWrites: n.leaseWrite.Load(), Conflicts: n.conflicts.Load(), Retries: n.retries.Load()}
 }
 
-// Run starts the informers, the node Lease and the loops, and returns when
-// the agent's context ends or Close is called. Claims fail with
-// ErrUnavailable until the caches have synced.
+// Run waits until the agent stops: its context ended or Close was called.
 func (a *Agent) Run() error {
-	started := false
-	a.runOne.Do(func() { started = true })
-	if !started {
-		return errors.New("cluster agent: Run called twice")
-	}
+	<-a.done
+	return a.runErr
+}
+
+// run starts the informers, the node Lease and the loops, and returns when
+// the agent's context ends. Claims fail with ErrUnavailable until the
+// caches have synced.
+func (a *Agent) run() error {
 	ctx := a.ctx
 	a.log.Info("cluster agent starting", "op", "cluster", "namespace", a.opts.Namespace,
 		"url", a.opts.AdvertiseURL, "lease", a.opts.LeaseDuration)
@@ -338,6 +345,8 @@ func (a *Agent) Run() error {
 	}
 	<-ctx.Done()
 	a.wg.Wait()
+	a.dfactory.Shutdown()
+	a.kfactory.Shutdown()
 	return nil
 }
 
@@ -346,9 +355,7 @@ func (a *Agent) Run() error {
 // agent reconciles its objects.
 func (a *Agent) Close() error {
 	a.cancel()
-	a.wg.Wait()
-	a.dfactory.Shutdown()
-	a.kfactory.Shutdown()
+	<-a.done
 	return nil
 }
 

@@ -166,25 +166,29 @@ func TestLostNodeE2E(t *testing.T) {
 		t.Fatalf("Locate on a = %+v, %v", got, err)
 	}
 	_ = b.Close()
-	lostAt := time.Now()
-	waitFor(t, "b's episode to locate as node lost", 10*lease, func() bool {
-		_, err := a.Locate(p.Episode)
-		return errors.Is(err, ErrNodeLost)
-	})
-	t.Logf("b seen lost %s after its agent stopped (lease %s)", time.Since(lostAt).Round(time.Millisecond), lease)
-	got, err := a.Locate(p.Episode)
-	if got.Node != "b" || got.Episode != p.Episode {
-		t.Fatalf("Locate of a lost node's episode = %+v, %v: want its placement with the error", got, err)
-	}
+	stopped := time.Now()
+	// b renewed last before it stopped: one Lease duration on, no claim
+	// may land on it.
+	time.Sleep(time.Until(stopped.Add(lease)))
 	for range 20 {
 		q, _, err := a.Claim(ctx, "tiny", time.Minute)
 		if !errors.Is(err, ErrNoDesktop) {
 			t.Fatalf("claim with only a lost node's desktops free = %+v, %v; want ErrNoDesktop", q, err)
 		}
 	}
-	if d := getDesktop(t, dyn, ns, DesktopName("b", "tiny-1")); d.Status.State != pool.DesktopFree &&
-		d.Status.Episode != p.Episode {
-		t.Fatalf("b's other desktop got claimed while b was lost: %+v", d.Status)
+	waitFor(t, "b's episode to locate as node lost", 10*lease, func() bool {
+		_, err := a.Locate(p.Episode)
+		return errors.Is(err, ErrNodeLost)
+	})
+	t.Logf("b's episode located as node lost %s after its agent stopped (lease %s)", time.Since(stopped).Round(time.Millisecond), lease)
+	got, err := a.Locate(p.Episode)
+	if got.Node != "b" || got.Episode != p.Episode {
+		t.Fatalf("Locate of a lost node's episode = %+v, %v: want its placement with the error", got, err)
+	}
+	for _, vm := range []string{"tiny-0", "tiny-1"} {
+		if d := getDesktop(t, dyn, ns, DesktopName("b", vm)); d.Status.State != pool.DesktopFree && d.Status.Episode != p.Episode {
+			t.Fatalf("b's desktop %s got claimed while b was lost: %+v", vm, d.Status)
+		}
 	}
 	if _, err := a.Locate("ep-000000000000"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Locate of an unknown episode: %v, want ErrNotFound", err)

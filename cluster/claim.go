@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/pool"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -262,7 +263,7 @@ func (e *BindError) Error() string {
 }
 
 // bindRemote is POST {owner}/v1/cluster/bind; the owner answers 200 with
-// the pool.Episode as JSON.
+// the episode as the API writes it (api.Episode).
 func (a *Agent) bindRemote(ctx context.Context, d *Desktop, ttl time.Duration) (pool.Episode, error) {
 	body, _ := json.Marshal(BindRequest{Desktop: d.Name, Episode: d.Status.Episode, Pool: d.Spec.Pool,
 		VM: d.Spec.VM, TTLSeconds: ttl.Seconds()})
@@ -285,11 +286,19 @@ func (a *Agent) bindRemote(ctx context.Context, d *Desktop, ttl time.Duration) (
 		return pool.Episode{}, &BindError{Desktop: d.Name, URL: url, Status: resp.StatusCode,
 			Body: strings.TrimSpace(string(b[:min(len(b), 512)]))}
 	}
-	var ep pool.Episode
+	var ep api.Episode
 	if err := json.Unmarshal(b, &ep); err != nil {
 		return pool.Episode{}, fmt.Errorf("bind %s at %s: decode answer: %w", d.Name, url, err)
 	}
-	return ep, nil
+	return poolEpisode(ep), nil
+}
+
+// poolEpisode is the owner's answer as the claimer's caller takes it.
+func poolEpisode(e api.Episode) pool.Episode {
+	return pool.Episode{ID: e.ID, VM: e.VM, Pool: e.Pool, State: pool.EpisodeState(e.State), Warm: e.Warm,
+		BootSeconds: e.BootSeconds, CreatedAt: e.CreatedAt, ExpiresAt: e.ExpiresAt, TTLSeconds: e.TTLSeconds,
+		ScreenshotSize: e.ScreenshotSize, CleanStart: e.CleanStart, ResetBeforeLeaseMS: e.ResetBeforeLeaseMS,
+		EndedAt: e.EndedAt, EndReason: e.EndReason, ResetSeconds: e.ResetSeconds, VMReplaced: e.VMReplaced}
 }
 
 // giveBack writes the desktop free again after a failed bind, if it is

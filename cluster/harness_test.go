@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/internal/kubetest"
 	"github.com/deskfarm/deskfarm/pool"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,7 +31,6 @@ type testAgent struct {
 	*Agent
 	local *memLocal
 	url   string
-	done  chan error
 }
 
 func startAgent(t *testing.T, cp *kubetest.ControlPlane, ns, node string, local *memLocal, lease time.Duration) *testAgent {
@@ -52,7 +52,7 @@ func startAgent(t *testing.T, cp *kubetest.ControlPlane, ns, node string, local 
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(ep)
+		_ = json.NewEncoder(w).Encode(wireEpisode(ep))
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -63,8 +63,7 @@ func startAgent(t *testing.T, cp *kubetest.ControlPlane, ns, node string, local 
 		t.Fatal(err)
 	}
 	ag.Store(a)
-	ta := &testAgent{Agent: a, local: local, url: srv.URL, done: make(chan error, 1)}
-	go func() { ta.done <- a.Run() }()
+	ta := &testAgent{Agent: a, local: local, url: srv.URL}
 	t.Cleanup(func() { _ = a.Close() })
 	return ta
 }
@@ -280,4 +279,12 @@ func getDesktopOK(dyn dynamic.Interface, ns, name string, state pool.DesktopStat
 	}
 	d, err := DesktopFrom(u)
 	return err == nil && d.Status.State == state
+}
+
+// wireEpisode is ep as web's bind route answers it (web.apiEpisode).
+func wireEpisode(ep pool.Episode) api.Episode {
+	return api.Episode{ID: ep.ID, VM: ep.VM, Pool: ep.Pool, State: string(ep.State), Warm: ep.Warm,
+		BootSeconds: ep.BootSeconds, CreatedAt: ep.CreatedAt, ExpiresAt: ep.ExpiresAt, TTLSeconds: ep.TTLSeconds,
+		ScreenshotSize: ep.ScreenshotSize, CleanStart: ep.CleanStart, ResetBeforeLeaseMS: ep.ResetBeforeLeaseMS,
+		EndedAt: ep.EndedAt, EndReason: ep.EndReason, ResetSeconds: ep.ResetSeconds, VMReplaced: ep.VMReplaced}
 }

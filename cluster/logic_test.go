@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/internal/fill"
 	"github.com/deskfarm/deskfarm/pool"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -226,5 +227,16 @@ func TestLostAfter(t *testing.T) {
 		if got := lostAfter(tc.deadline, tc.upSince, tc.last, period); got != tc.want {
 			t.Errorf("%s: lostAfter = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPoolEpisode: every field of the owner's answer reaches the claimer's
+// pool.Episode (what web turns back into the API answer).
+func TestPoolEpisode(t *testing.T) {
+	var e api.Episode
+	fill.All(&e)
+	got := poolEpisode(e)
+	if bad := fill.Converted(e, got, fill.Skip{Renamed: []string{"ViewerURL", "OSWorldAddress", "Node", "URL"}}); len(bad) != 0 {
+		t.Fatal(bad)
 	}
 }
