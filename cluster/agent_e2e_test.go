@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/pool"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+var metaList = metav1.ListOptions{}
 
 // TestClaimsNeverDoubleHeldE2E: three agents on one real apiserver, each
 // with its own node pool, race 200 claims over 3x8 desktops (claimers on
@@ -321,5 +324,47 @@ func TestDesktopClaimKubectlE2E(t *testing.T) {
 			pools, err = cp.Kubectl(ctx, "-n", ns, "get", "desktoppool", "tiny", "-o", "jsonpath={.status.nodes[*].node}")
 			return err == nil && pools == "a b"
 		})
+	}
+}
+
+// TestReturningAgentE2E: an agent that comes back (same node, its pool
+// recovered with one VM fewer and the others reset) reconciles its
+// objects: the VM that is gone loses its Desktop, and desktops whose
+// episodes did not survive are offered free again once their claims are
+// older than the bind grace.
+func TestReturningAgentE2E(t *testing.T) {
+	cp, ns, dyn := controlPlane(t)
+	createPool(t, dyn, ns, "tiny", DesktopPoolSpec{Image: "tiny", WarmPerNode: 3})
+	first := startAgent(t, cp, ns, "a", newMemLocal(5*time.Millisecond, -1), 15*time.Second)
+	waitFor(t, "3 free desktops", time.Minute, func() bool { return freeIn(first.Agent, "tiny") == 3 })
+	ctx := context.Background()
+	for range 3 {
+		if _, _, err := first.Claim(ctx, "tiny", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "all 3 leased in the cache", time.Minute, func() bool { return freeIn(first.Agent, "tiny") == 0 })
+	_ = first.Close()
+	// The pool came back with tiny-0 and tiny-1 (reset: free), tiny-2 gone.
+	const grace = 2 * time.Second
+	back := startAgent(t, cp, ns, "a", newMemLocal(5*time.Millisecond, 2), 15*time.Second,
+		func(o *Options) { o.BindGrace = grace })
+	waitFor(t, "the returning agent to reconcile", time.Minute, func() bool {
+		return getDesktopOK(dyn, ns, DesktopName("a", "tiny-0"), pool.DesktopFree) &&
+			getDesktopOK(dyn, ns, DesktopName("a", "tiny-1"), pool.DesktopFree) && freeIn(back.Agent, "tiny") == 2
+	})
+	list, err := dyn.Resource(DesktopResource).Namespace(ns).List(ctx, metaList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 2 {
+		var names []string
+		for _, u := range list.Items {
+			names = append(names, u.GetName())
+		}
+		t.Fatalf("desktops after the return: %v, want a.tiny-0 and a.tiny-1 (a.tiny-2 has no VM)", names)
+	}
+	if _, _, err := back.Claim(ctx, "tiny", time.Minute); err != nil {
+		t.Fatalf("claim after the return: %v", err)
 	}
 }

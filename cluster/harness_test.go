@@ -33,7 +33,8 @@ type testAgent struct {
 	url   string
 }
 
-func startAgent(t *testing.T, cp *kubetest.ControlPlane, ns, node string, local *memLocal, lease time.Duration) *testAgent {
+func startAgent(t *testing.T, cp *kubetest.ControlPlane, ns, node string, local *memLocal, lease time.Duration,
+	tweak ...func(*Options)) *testAgent {
 	t.Helper()
 	var ag atomic.Pointer[Agent]
 	mux := http.NewServeMux()
@@ -57,8 +58,12 @@ func startAgent(t *testing.T, cp *kubetest.ControlPlane, ns, node string, local 
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := New(context.Background(), Options{Config: cp.Config, Namespace: ns, Node: node,
-		AdvertiseURL: srv.URL, ClusterToken: testClusterToken, LeaseDuration: lease, Local: local, Log: log})
+	opts := Options{Config: cp.Config, Namespace: ns, Node: node,
+		AdvertiseURL: srv.URL, ClusterToken: testClusterToken, LeaseDuration: lease, Local: local, Log: log}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	a, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
