@@ -291,8 +291,8 @@ func TestDesktopClaimKubectlE2E(t *testing.T) {
 		t.Fatalf("claim Bound to %s on node %q, which does not hold it", episode, node)
 	}
 	out, err := cp.Kubectl(ctx, "-n", ns, "get", "desktopclaim", "mine", "-o", "jsonpath={.status.url} {.status.viewerURL}")
-	if want := owner.url + " " + owner.url + "/vms/"; err != nil || !strings.HasPrefix(out, want) {
-		t.Fatalf("claim URLs %q, want prefix %q (%v)", out, want, err)
+	if want := owner.url + " " + owner.url + "/episodes/" + episode; err != nil || out != want {
+		t.Fatalf("claim URLs %q, want %q (%v)", out, want, err)
 	}
 	wide, err := cp.Kubectl(ctx, "-n", ns, "get", "desktops", "-o", "wide")
 	if err != nil {

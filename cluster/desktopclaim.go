@@ -154,7 +154,7 @@ func (a *Agent) bindClaim(ctx context.Context, c *DesktopClaim) {
 			exp = metav1.NewTime(p.ExpiresAt)
 		}
 		next.Status = DesktopClaimStatus{Phase: ClaimBound, BoundBy: a.opts.Node, Episode: p.Episode,
-			Node: p.Node, URL: p.URL, ViewerURL: strings.TrimRight(p.URL, "/") + "/vms/" + p.VM,
+			Node: p.Node, URL: p.URL, ViewerURL: strings.TrimRight(p.URL, "/") + "/episodes/" + p.Episode,
 			Desktop: p.Desktop, ExpiresAt: &exp}
 		log.Info("desktop claim bound", "episode", p.Episode, "vm", p.VM, "owner", p.Node)
 	case errors.Is(err, ErrNoDesktop), errors.Is(err, ErrUnavailable):

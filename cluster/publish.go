@@ -154,25 +154,13 @@ func ownerStatus(l pool.Desktop, self string, now time.Time) DesktopStatus {
 func (a *Agent) create(ctx context.Context, name string, l pool.Desktop, now time.Time) bool {
 	d := &Desktop{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.opts.Namespace}, Spec: a.spec(l)}
 	d.Status = ownerStatus(l, a.opts.Node, now)
-	d.Labels = desktopLabels(d)
-	u, err := d.Unstructured()
-	if err != nil {
-		return true
-	}
-	cctx, cancel := context.WithTimeout(ctx, APITimeout)
-	defer cancel()
-	if _, err := a.desktops.Create(cctx, u, metav1.CreateOptions{}); err != nil {
-		if !apierrors.IsAlreadyExists(err) { // else: the cache lags; the next pass sees it
-			a.log.Warn("create desktop failed", "op", "publish", "vm", l.VM, "err", err)
-		}
-		return false
-	}
-	a.n.desktopWrites.Add(1)
-	a.n.publisherWrites.Add(1)
-	return true
+	return a.put(ctx, d, true)
 }
 
-func (a *Agent) write(ctx context.Context, d *Desktop) bool {
+func (a *Agent) write(ctx context.Context, d *Desktop) bool { return a.put(ctx, d, false) }
+
+// put creates or (conditionally, with d's resourceVersion) updates d.
+func (a *Agent) put(ctx context.Context, d *Desktop, create bool) bool {
 	d.Labels = desktopLabels(d)
 	u, err := d.Unstructured()
 	if err != nil {
@@ -180,18 +168,25 @@ func (a *Agent) write(ctx context.Context, d *Desktop) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, APITimeout)
 	defer cancel()
-	if _, err := a.desktops.Update(cctx, u, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsConflict(err) {
-			a.n.conflicts.Add(1) // a claim won the race, or the cache lags: next pass
-		} else if !apierrors.IsNotFound(err) {
-			a.log.Warn("publish desktop failed", "op", "publish", "vm", d.Spec.VM, "state", d.Status.State, "err", err)
-		}
-		return false
+	if create {
+		_, err = a.desktops.Create(cctx, u, metav1.CreateOptions{})
+	} else {
+		_, err = a.desktops.Update(cctx, u, metav1.UpdateOptions{})
 	}
-	a.n.desktopWrites.Add(1)
-	a.n.publisherWrites.Add(1)
-	a.log.Debug("published", "op", "publish", "vm", d.Spec.VM, "state", d.Status.State, "episode", d.Status.Episode)
-	return true
+	switch {
+	case err == nil:
+		a.n.desktopWrites.Add(1)
+		a.n.publisherWrites.Add(1)
+		a.log.Debug("published", "op", "publish", "vm", d.Spec.VM, "state", d.Status.State, "episode", d.Status.Episode)
+		return true
+	case apierrors.IsConflict(err):
+		a.n.conflicts.Add(1) // a claim won the race, or the cache lags: next pass
+	case apierrors.IsAlreadyExists(err), apierrors.IsNotFound(err):
+		// The cache lags: the next pass sees the object (or its absence).
+	default:
+		a.log.Warn("publish desktop failed", "op", "publish", "vm", d.Spec.VM, "state", d.Status.State, "err", err)
+	}
+	return false
 }
 
 func (a *Agent) delete(ctx context.Context, d *Desktop) bool {
