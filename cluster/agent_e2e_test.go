@@ -258,8 +258,10 @@ func TestAPIServerDownE2E(t *testing.T) {
 
 // TestDesktopClaimKubectlE2E: a DesktopClaim made with kubectl gets an
 // episode (status Bound with episode, node and URLs) that the node's pool
-// holds; kubectl shows desktops with their state in its own column, and
-// deleting the claim ends the episode in the pool.
+// holds; kubectl shows desktops with their state in its own column;
+// deleting the claim ends the episode in the pool, and a claim whose
+// episode ends on its own goes Ended. Each agent writes its own entry of
+// the DesktopPool's status.
 func TestDesktopClaimKubectlE2E(t *testing.T) {
 	cp, ns, dyn := controlPlane(t)
 	createPool(t, dyn, ns, "tiny", DesktopPoolSpec{Image: "tiny", WarmPerNode: 2, DefaultTTLSeconds: 600})
@@ -305,8 +307,11 @@ func TestDesktopClaimKubectlE2E(t *testing.T) {
 	}
 	leasedRows := 0
 	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 4 && f[1] == "leased" && f[4] == episode {
+		if f := strings.Fields(l); len(f) > 5 && f[1] == "leased" && f[4] == episode {
 			leasedRows++
+			if _, err := time.Parse(time.RFC3339, f[5]); err != nil {
+				t.Errorf("EXPIRES of the leased row is %q, want a timestamp", f[5])
+			}
 		}
 	}
 	if leasedRows != 1 || len(lines) != 5 {
@@ -317,6 +322,31 @@ func TestDesktopClaimKubectlE2E(t *testing.T) {
 	}
 	waitFor(t, "the claim's episode to end in the pool", time.Minute, func() bool {
 		return owner.local.endReason(episode) == ReasonClaimDeleted
+	})
+	// A claim whose episode ends on its own (TTL, DELETE of the episode)
+	// goes Ended.
+	manifest = strings.ReplaceAll(manifest, "name: mine", "name: other")
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, "apply", "-f", file); err != nil {
+		t.Fatalf("kubectl apply: %v (%s)", err, out)
+	}
+	waitFor(t, "the second claim to be Bound", time.Minute, func() bool {
+		out, err := cp.Kubectl(ctx, "-n", ns, "get", "desktopclaim", "other", "-o", "jsonpath={.status.phase} {.status.episode} {.status.node}")
+		f := strings.Fields(out)
+		if err != nil || len(f) != 3 || f[0] != string(ClaimBound) {
+			return false
+		}
+		episode, owner = f[1], map[string]*testAgent{"a": a, "b": b}[f[2]]
+		return true
+	})
+	if _, err := owner.local.End(ctx, episode, pool.ReasonExpired); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second claim to be Ended", time.Minute, func() bool {
+		out, err := cp.Kubectl(ctx, "-n", ns, "get", "desktopclaim", "other", "-o", "jsonpath={.status.phase}")
+		return err == nil && out == string(ClaimEnded)
 	})
 	pools, err := cp.Kubectl(ctx, "-n", ns, "get", "desktoppool", "tiny", "-o", "jsonpath={.status.nodes[*].node}")
 	if err != nil || pools != "a b" {
