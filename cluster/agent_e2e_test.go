@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/pool"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 var metaList = metav1.ListOptions{}
@@ -396,5 +399,57 @@ func TestReturningAgentE2E(t *testing.T) {
 	}
 	if _, _, err := back.Claim(ctx, "tiny", time.Minute); err != nil {
 		t.Fatalf("claim after the return: %v", err)
+	}
+}
+
+// TestCRDValidationE2E: the apiserver refuses what the schemas rule out
+// (a state or network outside its enum, a count below its minimum, a
+// missing required field), and takes a well-formed object of each kind.
+func TestCRDValidationE2E(t *testing.T) {
+	_, ns, dyn := controlPlane(t)
+	ctx := context.Background()
+	create := func(res schema.GroupVersionResource, obj interface {
+		Unstructured() (*unstructured.Unstructured, error)
+	}) error {
+		u, err := obj.Unstructured()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = dyn.Resource(res).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+		return err
+	}
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: ns} }
+	for _, tc := range []struct {
+		name string
+		res  schema.GroupVersionResource
+		obj  interface {
+			Unstructured() (*unstructured.Unstructured, error)
+		}
+		valid bool
+	}{
+		{"desktop", DesktopResource, &Desktop{ObjectMeta: meta("n.v1"), Spec: DesktopSpec{Node: "n", Pool: "p", VM: "v1"},
+			Status: DesktopStatus{State: pool.DesktopFree}}, true},
+		{"desktop state outside the enum", DesktopResource, &Desktop{ObjectMeta: meta("n.v2"),
+			Spec: DesktopSpec{Node: "n", Pool: "p", VM: "v2"}, Status: DesktopStatus{State: "stolen"}}, false},
+		{"desktop without a vm", DesktopResource, &Desktop{ObjectMeta: meta("n.v3"), Spec: DesktopSpec{Node: "n", Pool: "p"}}, false},
+		{"pool", DesktopPoolResource, &DesktopPool{ObjectMeta: meta("tiny"), Spec: DesktopPoolSpec{Image: "tiny", WarmPerNode: 1,
+			Network: "user", MemoryMiB: 512, Forwards: []int{9222}}}, true},
+		{"pool network outside the enum", DesktopPoolResource, &DesktopPool{ObjectMeta: meta("p2"),
+			Spec: DesktopPoolSpec{Image: "tiny", Network: "bridge"}}, false},
+		{"pool memory below the minimum", DesktopPoolResource, &DesktopPool{ObjectMeta: meta("p3"),
+			Spec: DesktopPoolSpec{Image: "tiny", MemoryMiB: 64}}, false},
+		{"pool warm below zero", DesktopPoolResource, &DesktopPool{ObjectMeta: meta("p4"),
+			Spec: DesktopPoolSpec{Image: "tiny", WarmPerNode: -1}}, false},
+		{"pool without an image", DesktopPoolResource, &DesktopPool{ObjectMeta: meta("p5")}, false},
+		{"claim", DesktopClaimResource, &DesktopClaim{ObjectMeta: meta("c1"), Spec: DesktopClaimSpec{Pool: "tiny", TTLSeconds: 60}}, true},
+		{"claim without a pool", DesktopClaimResource, &DesktopClaim{ObjectMeta: meta("c2")}, false},
+	} {
+		err := create(tc.res, tc.obj)
+		switch {
+		case tc.valid && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case !tc.valid && !apierrors.IsInvalid(err):
+			t.Errorf("%s: %v, want Invalid", tc.name, err)
+		}
 	}
 }
