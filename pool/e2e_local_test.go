@@ -24,9 +24,7 @@ import (
 // SetPools adding a pool boots its warm VM; SetPools removing it destroys
 // that VM, leaving no libvirt domain and no VM directory.
 func TestE2EStartOnAndSetPools(t *testing.T) {
-	m := testenv.Manager(t, "tiny")
-	os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName))
-	t.Cleanup(func() { os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName)) })
+	m := e2eFarm(t)
 	tiny := pool.PoolConfig{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 2, Max: 2}
 	cfg := pool.Config{Pools: []pool.PoolConfig{tiny}}
 	cfg.SetDefaults()
