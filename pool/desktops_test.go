@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,7 +126,7 @@ func TestDesktopsFollowEachChange(t *testing.T) {
 // with Start's TTL rules and bookkeeping, and refuses anything else with
 // an error saying what is wrong.
 func TestStartOn(t *testing.T) {
-	f := &recFarm{Farm: vmmtest.New()}
+	f := &heldResets{Farm: vmmtest.New(), release: make(chan struct{})}
 	dir := t.TempDir()
 	cfg := testConfig(2, 3)
 	cfg.Pools = append(cfg.Pools, PoolConfig{Name: "other", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 1})
@@ -191,8 +192,11 @@ func TestStartOn(t *testing.T) {
 	notWarm("a leased vm", "tiny", vm, "ep-000000000002", DesktopLeased)
 	notWarm("a vm of another pool", "tiny", desktopsIn(m, DesktopFree, "other")[0], "ep-000000000002", "")
 	notWarm("no such vm", "tiny", "vm99", "ep-000000000002", "")
+	f.held.Store(true) // the touched VM stays resetting while the test looks
 	m.Touch(tinyVMs[0])
 	notWarm("a touched vm", "tiny", tinyVMs[0], "ep-000000000002", DesktopResetting)
+	f.held.Store(false)
+	close(f.release)
 
 	// An id in use, live or ended, is refused.
 	if _, err := m.StartOn(ctx, "tiny", tinyVMs[0], ep.ID, time.Minute); !errors.Is(err, vmm.ErrInvalid) || fielderr.Field(err) != "episode" {
@@ -209,6 +213,24 @@ func TestStartOn(t *testing.T) {
 	if err != nil || ep2.VM != vm || ep2.TTLSeconds != 60 {
 		t.Fatalf("lease again: %+v %v", ep2, err)
 	}
+}
+
+// heldResets holds each Reset while held is set, until release is closed.
+type heldResets struct {
+	*vmmtest.Farm
+	held    atomic.Bool
+	release chan struct{}
+}
+
+func (f *heldResets) Reset(ctx context.Context, id string) (vmm.ResetResult, error) {
+	if f.held.Load() {
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return vmm.ResetResult{}, ctx.Err()
+		}
+	}
+	return f.Farm.Reset(ctx, id)
 }
 
 // desktopsIn returns the VMs of Desktops in state, of the pools named
