@@ -179,12 +179,16 @@ func (c *Config) SetDefaults() {
 var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Validate checks every field; the error names the pool and field at fault.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate is Validate; with needPools false a config of no pools is valid
+// (SetPools: a cluster that declares none for now).
+func (c Config) validate(needPools bool) error {
 	var errs []error
 	bad := func(where, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %w: %s", where, ErrInvalidConfig, fmt.Sprintf(format, args...)))
 	}
-	if len(c.Pools) == 0 {
+	if needPools && len(c.Pools) == 0 {
 		bad("pools", "at least one pool is required")
 	}
 	if c.MaxBoots < 1 {

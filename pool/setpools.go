@@ -10,7 +10,9 @@ import (
 
 // SetPools makes cfg the pools, while the farm runs (a cluster agent's
 // DesktopPools). cfg is checked as New's is: defaults filled, then
-// Validate (ErrInvalidConfig, naming the pool and field). At once:
+// Validate (ErrInvalidConfig, naming the pool and field), except that it
+// may declare no pool at all (a cluster with no DesktopPool, or none left:
+// every pool is removed). At once:
 //   - a new pool is added, and the refill boots its warm VMs;
 //   - a pool's min_warm and max, TTLs and screenshot size apply to what
 //     comes next: starts, the refill, the eviction of VMs over max. A
@@ -33,7 +35,7 @@ func (m *Manager) SetPools(ctx context.Context, cfg Config) error {
 		cfg.Pools[i].Forwards = slices.Clone(cfg.Pools[i].Forwards)
 	}
 	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(false); err != nil {
 		return fmt.Errorf("set pools: %w", err)
 	}
 	if err := ctx.Err(); err != nil {

@@ -130,6 +130,15 @@ func TestSetPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "one left", func() bool { return len(desktopsIn(m, DesktopFree)) == 1 && f.Count() == 1 })
+
+	// No pools at all: every pool goes.
+	if err := m.SetPools(ctx, Config{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no vm left", func() bool { return len(m.Desktops()) == 0 && f.Count() == 0 && len(m.Pools()) == 0 })
+	if _, err := m.Start(ctx, "tiny", 0); !errors.Is(err, ErrUnknownPool) {
+		t.Fatalf("start with no pools: %v", err)
+	}
 }
 
 // stuckFarm fails every Destroy, after its deadline, while stuck is set:
