@@ -1,13 +1,14 @@
 package pool
 
 // Change notification: the pools' state (members, their states, episodes)
-// as Pools and List report it changes under m.mu, and each change closes
-// the channel Changed returned. A watcher (the web dashboard's live feed)
-// re-reads Pools and List when it is closed; nothing is queued, so a slow
-// watcher sees one change for many and never holds the pool up.
+// as Pools, List and Desktops report it changes under m.mu, and each change
+// closes the channel Changed returned. A watcher (the web dashboard's live
+// feed, a cluster agent's publisher) re-reads them when it is closed;
+// nothing is queued, so a slow watcher sees one change for many and never
+// holds the pool up.
 
 // Changed returns a channel that is closed at the next change of what
-// Pools or List report.
+// Pools, List or Desktops report.
 func (m *Manager) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -179,12 +179,16 @@ func (c *Config) SetDefaults() {
 var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Validate checks every field; the error names the pool and field at fault.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate is Validate; with needPools false a config of no pools is valid
+// (SetPools: a cluster that declares none for now).
+func (c Config) validate(needPools bool) error {
 	var errs []error
 	bad := func(where, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %w: %s", where, ErrInvalidConfig, fmt.Sprintf(format, args...)))
 	}
-	if len(c.Pools) == 0 {
+	if needPools && len(c.Pools) == 0 {
 		bad("pools", "at least one pool is required")
 	}
 	if c.MaxBoots < 1 {
@@ -309,18 +313,35 @@ func (p PoolConfig) createOptions() vmm.CreateOptions {
 	return o
 }
 
-// matches reports whether vm was made to p's spec.
-func (p PoolConfig) matches(vm vmm.VM) bool {
-	if vm.Image != p.Image || vm.MemoryMiB != p.MemoryMiB || vm.VCPUs != p.VCPUs || vm.Width != p.Width || vm.Height != p.Height {
-		return false
-	}
-	if net := cmp.Or(p.Network, vmm.NetworkNone); cmp.Or(vm.Network, vmm.NetworkNone) != net || len(vm.Forwards) != len(p.Forwards) {
-		return false
-	}
-	for i, f := range vm.Forwards {
-		if f.GuestPort != p.Forwards[i] {
-			return false
-		}
-	}
-	return true
+// shape is what a VM is made with: what a pool's VMs share, and what a
+// change of the pool's spec (SetPools, a restart with another config)
+// replaces them for. Counts, TTLs and the screenshot size are not part of
+// it: they apply to the VMs a pool has.
+type shape struct {
+	image                           string
+	memoryMiB, vcpus, width, height int
+	network                         string
+	forwards                        string // guest ports, in order
 }
+
+// shape is what p's VMs are made with.
+func (p PoolConfig) shape() shape {
+	ports := make([]string, len(p.Forwards))
+	for i, g := range p.Forwards {
+		ports[i] = strconv.Itoa(g)
+	}
+	return shape{image: p.Image, memoryMiB: p.MemoryMiB, vcpus: p.VCPUs, width: p.Width, height: p.Height,
+		network: cmp.Or(p.Network, vmm.NetworkNone), forwards: strings.Join(ports, ",")}
+}
+
+// shapeOf is what vm was made with, as vmm records it.
+func shapeOf(vm vmm.VM) shape {
+	made := PoolConfig{Image: vm.Image, MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs, Width: vm.Width, Height: vm.Height, Network: vm.Network}
+	for _, f := range vm.Forwards {
+		made.Forwards = append(made.Forwards, f.GuestPort)
+	}
+	return made.shape()
+}
+
+// matches reports whether vm was made to p's spec.
+func (p PoolConfig) matches(vm vmm.VM) bool { return shapeOf(vm) == p.shape() }

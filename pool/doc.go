@@ -25,4 +25,9 @@
 // (Owner, RequireLease, ErrNotLeased, checked by web), anything that may
 // have changed a guest marks it dirty (Touch), and a dirty VM is reset
 // before it is leased (Episode.CleanStart, ResetBeforeLeaseMS).
+//
+// For a cluster agent (cluster.Local), Desktops lists every VM's state,
+// Changed announces each change of it, StartOn leases a named free VM to
+// an episode id the caller chose, and SetPools replaces the config while
+// the farm runs (setpools.go).
 package pool

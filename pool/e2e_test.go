@@ -21,12 +21,18 @@ import (
 	"github.com/deskfarm/deskfarm/web"
 )
 
-// TestE2EEpisodes drives episodes on real tiny VMs through the HTTP API.
-func TestE2EEpisodes(t *testing.T) {
+// e2eFarm returns a real farm of tiny VMs on testenv.StateDir with no pool
+// state file: each test starts clean and leaves none behind.
+func e2eFarm(t *testing.T) *vmm.Manager {
 	m := testenv.Manager(t, "tiny")
-	// Start clean and leave nothing: the pool state of this test's farm.
 	os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName))
 	t.Cleanup(func() { os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName)) })
+	return m
+}
+
+// TestE2EEpisodes drives episodes on real tiny VMs through the HTTP API.
+func TestE2EEpisodes(t *testing.T) {
+	m := e2eFarm(t)
 	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 2, Max: 3}}}
 	cfg.SetDefaults()
 	opts := pool.Options{StateDir: testenv.StateDir, ReapInterval: 200 * time.Millisecond, ReconcileInterval: time.Second}
@@ -231,9 +237,7 @@ func (s *leaseSpy) SetLabel(ctx context.Context, id, key, value string) error {
 // publish libvirt's lifecycle events: the pool's safety reconcile alone
 // is far slower than 2 s.
 func TestE2EKilledWarmVMLeavesPool(t *testing.T) {
-	m := testenv.Manager(t, "tiny")
-	os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName))
-	t.Cleanup(func() { os.Remove(filepath.Join(testenv.StateDir, pool.StateFileName)) })
+	m := e2eFarm(t)
 	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "tiny", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 2}}}
 	cfg.SetDefaults()
 	spy := &leaseSpy{VMs: m, calls: map[string][]string{}}

@@ -1,6 +1,9 @@
 package pool
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Every error the Manager returns wraps one of these (or a
 // vmm error) with the operation and the pool, episode or VM.
@@ -28,3 +31,22 @@ var (
 	// ErrNotWarm: StartOn named a VM that is not warm, clean and unleased.
 	ErrNotWarm = errors.New("pool vm not warm")
 )
+
+// NotWarmError is StartOn's refusal of a VM that is not leasable now. It
+// wraps ErrNotWarm.
+type NotWarmError struct {
+	VM, Pool string
+	// State is the VM's state now (as Desktops lists it); "" when the pool
+	// has no such VM (never had, or it is gone).
+	State DesktopState
+}
+
+func (e *NotWarmError) Error() string {
+	if e.State == "" {
+		return fmt.Sprintf("vm %s: %v: pool %s has no such vm", e.VM, ErrNotWarm, e.Pool)
+	}
+	return fmt.Sprintf("vm %s of pool %s: %v: it is %s", e.VM, e.Pool, ErrNotWarm, e.State)
+}
+
+// Unwrap makes errors.Is(err, ErrNotWarm) true.
+func (e *NotWarmError) Unwrap() error { return ErrNotWarm }

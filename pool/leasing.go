@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -58,20 +60,25 @@ func newEpisodeID() string {
 	return "ep-" + hex.EncodeToString(b)
 }
 
+// episodeID is the form of an episode id: what newEpisodeID makes, and
+// what StartOn accepts from a caller that chose the id itself.
+var episodeID = regexp.MustCompile(`^ep-[0-9a-f]{12}$`)
+
 func (m *Manager) newLease(ep Episode) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &lease{ep: ep, ctx: ctx, cancel: cancel, drained: make(chan struct{}), done: make(chan struct{})}
 }
 
-// leaseLocked gives the clean warm member mb to a new episode; the caller
-// carries out the lease's effects (finishLease).
-func (m *Manager) leaseLocked(p *poolRT, mb *member, ttl time.Duration, warm bool, boot time.Duration) grant {
+// leaseLocked gives the clean warm member mb to a new episode id; the
+// caller carries out the lease's effects (finishLease). op names the lease
+// in the logs: lease (Start) or start_on.
+func (m *Manager) leaseLocked(p *poolRT, mb *member, id string, ttl time.Duration, warm bool, boot time.Duration, op string) grant {
 	fx, err := m.stepLocked(mb, inLease)
 	if err != nil {
 		panic("pool: leaseLocked on a member that cannot be leased: " + err.Error()) // callers pick clean warm members
 	}
 	now := m.opts.Now().UTC()
-	ep := Episode{ID: newEpisodeID(), VM: mb.vm, Pool: p.cfg.Name, State: EpisodeActive, Warm: warm,
+	ep := Episode{ID: id, VM: mb.vm, Pool: p.cfg.Name, State: EpisodeActive, Warm: warm,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), TTLSeconds: ttl.Seconds(), ScreenshotSize: p.cfg.ScreenshotSize,
 		CleanStart: true, ResetBeforeLeaseMS: mb.cleanedMS}
 	if !warm {
@@ -79,7 +86,7 @@ func (m *Manager) leaseLocked(p *poolRT, mb *member, ttl time.Duration, warm boo
 	}
 	mb.episode, mb.reserved, mb.cleanedMS = ep.ID, false, 0
 	m.leases[ep.ID] = m.newLease(ep)
-	return grant{mb: mb, ep: ep, fx: fx, t: m.targetLocked(mb, "lease")}
+	return grant{mb: mb, ep: ep, fx: fx, t: m.targetLocked(mb, op)}
 }
 
 // finishLease carries out a lease made under the lock: the episode label
@@ -106,7 +113,7 @@ func (m *Manager) finishLease(g grant) (Episode, error) {
 	}
 	ep := g.ep
 	m.met.started.WithLabelValues(ep.Pool, strconv.FormatBool(ep.Warm)).Inc()
-	m.log.Info("episode started", "op", "lease", "episode", ep.ID, "vm", ep.VM, "pool", ep.Pool, "warm", ep.Warm,
+	m.log.Info("episode started", "op", g.t.op, "episode", ep.ID, "vm", ep.VM, "pool", ep.Pool, "warm", ep.Warm,
 		"ttl", time.Duration(ep.TTLSeconds*float64(time.Second)), "reset_before_lease_ms", ep.ResetBeforeLeaseMS)
 	return ep, nil
 }
@@ -148,6 +155,68 @@ func (m *Manager) Start(ctx context.Context, poolName string, ttl time.Duration)
 		return Episode{}, fmt.Errorf("start episode in pool %s: %w", poolName, err)
 	}
 	return m.finishLease(g)
+}
+
+// StartOn leases the VM vm of the named pool to a new episode with the id
+// the caller chose (a cluster's claim names the desktop and the episode
+// before its owner hears of them). The VM must be warm, clean and unleased
+// now: anything else is a *NotWarmError (ErrNotWarm) with its state, and
+// nothing waits or boots. The id is "ep-" and 12 lower-case hex digits,
+// and no live or recently ended episode has it; ttl is as Start's. The
+// lease is Start's: label, state file, metrics and log.
+func (m *Manager) StartOn(ctx context.Context, poolName, vm, episode string, ttl time.Duration) (Episode, error) {
+	if !episodeID.MatchString(episode) {
+		return Episode{}, fmt.Errorf("start episode on vm %s of pool %s: %w", vm, poolName,
+			fielderr.Newf("episode", vmm.ErrInvalid, "%q: want ep- and 12 lower-case hex digits, e.g. ep-0123456789ab", episode))
+	}
+	if err := ctx.Err(); err != nil {
+		return Episode{}, fmt.Errorf("start episode %s on vm %s: %w", episode, vm, err)
+	}
+	p, ttl, err := m.startPool(poolName, ttl)
+	if err != nil {
+		return Episode{}, err
+	}
+	g, err := m.takeVMLocked(p, vm, episode, ttl)
+	if err != nil {
+		return Episode{}, fmt.Errorf("start episode %s on vm %s of pool %s: %w", episode, vm, poolName, err)
+	}
+	return m.finishLease(g)
+}
+
+// takeVMLocked leases vm of p to episode id when it is leasable now. It
+// takes the lock.
+func (m *Manager) takeVMLocked(p *poolRT, vm, id string, ttl time.Duration) (grant, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return grant{}, ErrClosed
+	}
+	if err := m.removedLocked(p); err != nil {
+		return grant{}, err
+	}
+	if m.leases[id] != nil || slices.ContainsFunc(m.ended, func(e Episode) bool { return e.ID == id }) {
+		return grant{}, fielderr.Newf("episode", vmm.ErrInvalid, "%s is taken: an episode of this farm has that id", id)
+	}
+	mb := m.members[vm]
+	if mb == nil || mb.pool != p.cfg.Name || mb.vm == "" {
+		m.met.refused.WithLabelValues(p.cfg.Name, "not_warm").Inc()
+		return grant{}, &NotWarmError{VM: vm, Pool: p.cfg.Name}
+	}
+	if st := m.desktopStateLocked(mb); st != DesktopFree {
+		m.met.refused.WithLabelValues(p.cfg.Name, "not_warm").Inc()
+		return grant{}, &NotWarmError{VM: vm, Pool: p.cfg.Name, State: st}
+	}
+	m.poke() // refill to min_warm
+	return m.leaseLocked(p, mb, id, ttl, true, 0, "start_on"), nil
+}
+
+// removedLocked is ErrUnknownPool once SetPools removed p (a start that
+// resolved it before then), else nil.
+func (m *Manager) removedLocked(p *poolRT) error {
+	if m.pools[p.cfg.Name] != p {
+		return fmt.Errorf("pool %q: %w (removed)", p.cfg.Name, ErrUnknownPool)
+	}
+	return nil
 }
 
 // startPool resolves a Start's pool and ttl.
@@ -198,9 +267,12 @@ func (m *Manager) takeLocked(p *poolRT, ttl time.Duration) (g grant, w *waiter, 
 	if m.closed {
 		return grant{}, nil, false, ErrClosed
 	}
+	if err := m.removedLocked(p); err != nil {
+		return grant{}, nil, false, err
+	}
 	if mb := m.cleanWarmLocked(p); mb != nil {
 		m.poke() // refill to min_warm
-		return m.leaseLocked(p, mb, ttl, true, 0), nil, false, nil
+		return m.leaseLocked(p, mb, newEpisodeID(), ttl, true, 0, "lease"), nil, false, nil
 	}
 	c := m.countLocked(p.cfg.Name)
 	if c.total < p.cfg.Max {
@@ -235,7 +307,7 @@ func (m *Manager) stopWaiting(p *poolRT, w *waiter) {
 // slot.
 func (m *Manager) bootFor(ctx context.Context, p *poolRT, ttl time.Duration) (grant, error) {
 	m.mu.Lock()
-	mb := m.addBootingLocked(p, true)
+	mb, cfg := m.addBootingLocked(p, true)
 	m.mu.Unlock()
 	select {
 	case m.bootSem <- struct{}{}:
@@ -247,12 +319,12 @@ func (m *Manager) bootFor(ctx context.Context, p *poolRT, ttl time.Duration) (gr
 		<-m.bootSem
 		return g, nil
 	}
-	vm, dur, err := m.boot(ctx, p, "lease")
+	vm, dur, err := m.boot(ctx, cfg, "lease")
 	<-m.bootSem
 	if err != nil {
 		m.bootFailed(mb, "lease")
 		if errors.Is(err, vmm.ErrInsufficientResources) {
-			m.met.refused.WithLabelValues(p.cfg.Name, "host_full").Inc()
+			m.met.refused.WithLabelValues(cfg.Name, "host_full").Inc()
 			return grant{}, fmt.Errorf("%w: %w", ErrHostFull, err)
 		}
 		return grant{}, err
@@ -277,7 +349,7 @@ func (m *Manager) leaseWarmInstead(p *poolRT, mb *member, ttl time.Duration) (gr
 		return grant{}, false
 	}
 	m.stepCarryLocked(mb, inBootFailed, "lease")
-	return m.leaseLocked(p, w, ttl, true, 0), true
+	return m.leaseLocked(p, w, newEpisodeID(), ttl, true, 0, "lease"), true
 }
 
 // leaseBooted records the VM booted for a start and leases it, unless it
@@ -287,12 +359,17 @@ func (m *Manager) leaseBooted(p *poolRT, mb *member, vm vmm.VM, boot, ttl time.D
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	fx := m.bootedLocked(p, mb, vm)
-	if mb.state != stWarm || mb.dirty {
+	gone := m.removedLocked(p)
+	if mb.state != stWarm || mb.dirty || gone != nil {
+		// The refill evicts it when its pool was removed meanwhile.
 		mb.reserved = false
 		m.goCarry(mb, fx, m.targetLocked(mb, "lease"), carrying{})
+		if gone != nil {
+			return grant{}, gone
+		}
 		return grant{}, fmt.Errorf("vm %s: %w before it was leased", vm.ID, vmm.ErrDead)
 	}
-	g := m.leaseLocked(p, mb, ttl, false, boot)
+	g := m.leaseLocked(p, mb, newEpisodeID(), ttl, false, boot, "lease")
 	g.fx |= fx // booted's
 	return g, nil
 }

@@ -51,6 +51,9 @@ const diedEarlyKept = 10 * time.Minute
 func (m *Manager) handleEvent(ev vmm.Event) {
 	var in input
 	switch ev.Kind {
+	case vmm.EventCreated:
+		m.creatingEvent(ev.VM)
+		return
 	case vmm.EventDied:
 		in = inDied
 	case vmm.EventDestroyed:
@@ -59,6 +62,11 @@ func (m *Manager) handleEvent(ev vmm.Event) {
 		return
 	}
 	m.mu.Lock()
+	if _, ok := m.creating[ev.VM.ID]; ok && in == inDestroyed {
+		// A boot that failed after vmm defined its VM.
+		delete(m.creating, ev.VM.ID)
+		m.changedLocked()
+	}
 	mb := m.members[ev.VM.ID]
 	if mb == nil {
 		if in == inDied && m.pools[ev.VM.Labels[LabelPool]] != nil {
@@ -76,6 +84,24 @@ func (m *Manager) handleEvent(ev vmm.Event) {
 	}
 	m.observeLocked(mb, in, ev.Reason, "event")
 	m.mu.Unlock()
+}
+
+// creatingEvent records a VM vmm defined for one of the pool's boots, until
+// its Create returns (bootedLocked) or it is destroyed. Events come in
+// order per VM, so one that comes after its Create returned finds the
+// member and is ignored, and one of a VM destroyed since finds its
+// destroyed event behind it.
+func (m *Manager) creatingEvent(vm vmm.VM) {
+	pool := vm.Labels[LabelPool]
+	if pool == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.members[vm.ID] == nil && !m.closed {
+		m.creating[vm.ID] = pool
+		m.changedLocked()
+	}
 }
 
 // observeLocked feeds a died or destroyed observation to mb and carries
@@ -214,7 +240,7 @@ func (m *Manager) refillOnce() bool {
 		m.mu.Unlock()
 		return false
 	}
-	mb := m.addBootingLocked(p, false)
+	mb, cfg := m.addBootingLocked(p, false)
 	m.mu.Unlock()
 
 	var (
@@ -223,7 +249,7 @@ func (m *Manager) refillOnce() bool {
 	)
 	select {
 	case m.bootSem <- struct{}{}:
-		vm, _, err = m.boot(m.ctx, p, "refill")
+		vm, _, err = m.boot(m.ctx, cfg, "refill")
 		<-m.bootSem
 	case <-m.ctx.Done():
 		err = m.ctx.Err()
@@ -246,7 +272,7 @@ func (m *Manager) refillOnce() bool {
 	t := m.targetLocked(mb, "refill")
 	m.mu.Unlock()
 	m.carry(mb, fx, t, carrying{})
-	m.log.Info("warm vm ready", "op", "refill", "vm", vm.ID, "pool", p.cfg.Name)
+	m.log.Info("warm vm ready", "op", "refill", "vm", vm.ID, "pool", cfg.Name)
 	return true
 }
 

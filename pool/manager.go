@@ -149,6 +149,10 @@ type Manager struct {
 	// diedEarly holds VMs of a pool that died before their Create returned
 	// (the event can beat the pool's record of them).
 	diedEarly map[string]time.Time
+	// creating holds the pool (by name) of VMs vmm defined for a boot whose
+	// Create has not returned yet (its EventCreated), for Desktops: a VM
+	// is listed as booting before the pool records it.
+	creating map[string]string
 	// changed is closed at the next change (changes.go); nil when no one
 	// waits.
 	changed chan struct{}
@@ -169,7 +173,7 @@ func New(ctx context.Context, vms VMs, cfg Config, opts Options) (*Manager, erro
 		state: &stateFile{path: filepath.Join(opts.StateDir, StateFileName)}, met: newMetrics(),
 		bootSem: make(chan struct{}, cfg.MaxBoots), kick: make(chan struct{}, 1),
 		pools: map[string]*poolRT{}, members: map[string]*member{}, leases: map[string]*lease{},
-		diedEarly: map[string]time.Time{}}
+		diedEarly: map[string]time.Time{}, creating: map[string]string{}}
 	for _, p := range cfg.Pools {
 		m.pools[p.Name] = &poolRT{cfg: p}
 	}
@@ -221,8 +225,12 @@ func (m *Manager) Close() error {
 	return nil
 }
 
-// Config returns the pools' config.
-func (m *Manager) Config() Config { return m.cfg }
+// Config returns the pools' config: New's, or the last SetPools'.
+func (m *Manager) Config() Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg
+}
 
 func (m *Manager) poke() {
 	select {

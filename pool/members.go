@@ -23,8 +23,9 @@ type member struct {
 	// reserved is set on a boot made for one Start: the VM is that start's,
 	// not offered to others.
 	reserved bool
-	// fits is false when the VM no longer matches its pool's spec.
-	fits bool
+	// shape is what the VM was made with (for a boot, what it is being
+	// made with): it fits its pool while that is the pool's shape.
+	shape shape
 	// cleanedMS is the duration of the reset that cleaned it since its last lease.
 	cleanedMS int64
 }
@@ -69,7 +70,7 @@ func (m *Manager) wakeLocked(pool string) {
 		}
 		w := p.waiters[0]
 		p.waiters = p.waiters[1:]
-		w.ch <- m.leaseLocked(p, mb, w.ttl, true, 0)
+		w.ch <- m.leaseLocked(p, mb, newEpisodeID(), w.ttl, true, 0, "lease")
 	}
 	for _, w := range p.waiters {
 		w.ch <- grant{}
@@ -81,8 +82,7 @@ func (m *Manager) wakeLocked(pool string) {
 func (m *Manager) cleanWarmLocked(p *poolRT) *member {
 	var best *member
 	for _, mb := range m.members {
-		if mb.pool == p.cfg.Name && mb.state == stWarm && !mb.dirty && !mb.reserved && mb.fits &&
-			(best == nil || mb.key < best.key) {
+		if mb.pool == p.cfg.Name && m.leasableLocked(mb) && (best == nil || mb.key < best.key) {
 			best = mb
 		}
 	}
@@ -135,13 +135,15 @@ func (m *Manager) countLocked(pool string) counts {
 	return c
 }
 
-// addBootingLocked adds a member for a boot about to start.
-func (m *Manager) addBootingLocked(p *poolRT, reserved bool) *member {
+// addBootingLocked adds a member for a boot about to start, and returns
+// the config to boot it with: p's now, which a SetPools meanwhile does not
+// change under the boot.
+func (m *Manager) addBootingLocked(p *poolRT, reserved bool) (*member, PoolConfig) {
 	m.bootN++
-	mb := &member{key: fmt.Sprintf("boot-%d", m.bootN), pool: p.cfg.Name, state: stBooting, reserved: reserved, fits: true}
+	mb := &member{key: fmt.Sprintf("boot-%d", m.bootN), pool: p.cfg.Name, state: stBooting, reserved: reserved, shape: p.cfg.shape()}
 	m.members[mb.key] = mb
 	m.changedLocked()
-	return mb
+	return mb, p.cfg
 }
 
 // bootedLocked records a VM a boot made and returns the effects of its
@@ -149,6 +151,7 @@ func (m *Manager) addBootingLocked(p *poolRT, reserved bool) *member {
 // passed on to destroy.
 func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
 	delete(m.members, mb.key)
+	delete(m.creating, vm.ID)
 	mb.key, mb.vm = vm.ID, vm.ID
 	m.members[mb.key] = mb
 	fx, _ := m.stepLocked(mb, inBooted)
@@ -160,24 +163,24 @@ func (m *Manager) bootedLocked(p *poolRT, mb *member, vm vmm.VM) effects {
 	return fx
 }
 
-// boot creates one VM to pool p's spec, labelled as p's. The caller holds
-// a boot slot.
-func (m *Manager) boot(ctx context.Context, p *poolRT, op string) (vmm.VM, time.Duration, error) {
+// boot creates one VM to a pool's spec cfg (addBootingLocked's), labelled
+// as that pool's. The caller holds a boot slot.
+func (m *Manager) boot(ctx context.Context, cfg PoolConfig, op string) (vmm.VM, time.Duration, error) {
 	start := time.Now()
-	m.log.Debug("pool boot started", "op", op, "pool", p.cfg.Name, "image", p.cfg.Image)
-	opts := p.cfg.createOptions()
-	opts.Labels = map[string]string{LabelPool: p.cfg.Name}
+	m.log.Debug("pool boot started", "op", op, "pool", cfg.Name, "image", cfg.Image)
+	opts := cfg.createOptions()
+	opts.Labels = map[string]string{LabelPool: cfg.Name}
 	vm, err := m.vms.Create(ctx, opts)
 	d := time.Since(start)
 	if err != nil {
 		if ctx.Err() == nil {
-			m.met.failures.WithLabelValues(p.cfg.Name, "boot").Inc()
+			m.met.failures.WithLabelValues(cfg.Name, "boot").Inc()
 		}
-		m.log.Warn("pool boot failed", "op", op, "pool", p.cfg.Name, "duration", d.Round(time.Millisecond), "err", err)
-		return vm, d, fmt.Errorf("boot %s vm: %w", p.cfg.Image, err)
+		m.log.Warn("pool boot failed", "op", op, "pool", cfg.Name, "duration", d.Round(time.Millisecond), "err", err)
+		return vm, d, fmt.Errorf("boot %s vm: %w", cfg.Image, err)
 	}
-	m.met.boot.WithLabelValues(p.cfg.Name).Observe(d.Seconds())
-	m.log.Debug("pool boot finished", "op", op, "pool", p.cfg.Name, "vm", vm.ID, "duration", d.Round(time.Millisecond))
+	m.met.boot.WithLabelValues(cfg.Name).Observe(d.Seconds())
+	m.log.Debug("pool boot finished", "op", op, "pool", cfg.Name, "vm", vm.ID, "duration", d.Round(time.Millisecond))
 	return vm, d, nil
 }
 
@@ -186,11 +189,24 @@ func (m *Manager) boot(ctx context.Context, p *poolRT, op string) (vmm.VM, time.
 // than its max.
 func (m *Manager) overLocked(mb *member) bool {
 	p := m.pools[mb.pool]
-	if p == nil || !mb.fits {
+	if p == nil || !m.fitsLocked(mb) {
 		return true
 	}
 	// VMs already on their way out do not count: a destroy that failed
 	// (and is retried) must not make the pool evict another.
 	c := m.countLocked(mb.pool)
 	return c.total-c.dying > p.cfg.Max
+}
+
+// leasableLocked says whether mb may be leased now: warm, clean, not
+// booted for one start, and to its pool's shape.
+func (m *Manager) leasableLocked(mb *member) bool {
+	return mb.state == stWarm && !mb.dirty && !mb.reserved && m.fitsLocked(mb)
+}
+
+// fitsLocked says whether mb was made to its pool's shape now; a member of
+// a pool no longer declared fits nothing.
+func (m *Manager) fitsLocked(mb *member) bool {
+	p := m.pools[mb.pool]
+	return p != nil && mb.shape == p.cfg.shape()
 }

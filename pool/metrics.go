@@ -24,7 +24,7 @@ func newMetrics() *metrics {
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deskfarm_episodes_ended_total",
 			Help: "Episodes ended, by pool and reason (deleted, expired, vm_died, vm_gone)."}, []string{"pool", "reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deskfarm_episodes_refused_total",
-			Help: "Episode starts refused, by pool and reason (pool_full; host_full when vmm refused the boot)."}, []string{"pool", "reason"}),
+			Help: "Episode starts refused, by pool and reason (pool_full; host_full when vmm refused the boot; not_warm when StartOn named a vm that is not free)."}, []string{"pool", "reason"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deskfarm_vm_failures_total",
 			Help: "Pool VM failures, by pool and kind (boot, reset, died, vanished)."}, []string{"pool", "kind"}),
 		reset: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "deskfarm_reset_duration_seconds",

@@ -43,8 +43,11 @@ func (m *Manager) recover(ctx context.Context) (toFinish []Episode, err error) {
 			// (vmm removes those).
 			continue
 		}
-		p := m.pools[pool]
-		mb := &member{key: v.ID, vm: v.ID, pool: pool, state: stWarm, dirty: true, fits: p != nil && p.cfg.matches(v)}
+		// Its shape is what it was made with: a VM of a pool that is no
+		// longer declared, or of another spec, is a member until it is
+		// destroyed (at once when unleased, when its episode ends when
+		// leased), so nothing is orphaned.
+		mb := &member{key: v.ID, vm: v.ID, pool: pool, state: stWarm, dirty: true, shape: shapeOf(v)}
 		m.members[v.ID] = mb
 		if epID := v.Labels[LabelEpisode]; epID != "" {
 			if ep, ok := records[epID]; ok && ep.VM == v.ID && v.State == vmm.StateReady {
