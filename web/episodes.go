@@ -81,7 +81,11 @@ func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
 	if s.osworld != nil && ep.State != pool.EpisodeEnded {
 		osworld, _ = s.osworld(ep.VM)
 	}
-	return apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM), osworld)
+	out := apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM), osworld)
+	if s.cluster != nil {
+		out.Node, out.URL = s.cluster.Node(), s.advertise
+	}
+	return out
 }
 
 func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
@@ -104,7 +108,11 @@ func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 	if body.TTLS < 0 {
 		return invalidf("ttl_s", "must be positive, got %g", body.TTLS)
 	}
-	ep, err := s.pools.Start(r.Context(), body.Pool, time.Duration(body.TTLS*float64(time.Second)))
+	ttl := time.Duration(body.TTLS * float64(time.Second))
+	if s.cluster != nil {
+		return s.startClusterEpisode(w, r, body.Pool, ttl) // cluster.go
+	}
+	ep, err := s.pools.Start(r.Context(), body.Pool, ttl)
 	if err != nil {
 		return err
 	}
@@ -114,6 +122,8 @@ func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listEpisodes serves GET /v1/episodes: this host's episodes. A cluster
+// agent lists its own node's only; kubectl get desktops shows them all.
 func (s *server) listEpisodes(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()

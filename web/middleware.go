@@ -125,7 +125,7 @@ func (s *server) authenticate(r *http.Request, need accessLevel) (access, error)
 		return access{}, err
 	}
 	if source == "" {
-		if s.trustedAddr(r.RemoteAddr) {
+		if s.trustedCaller(r) {
 			return access{role: roleControl}, nil
 		}
 		if s.token == "" {
@@ -148,7 +148,7 @@ func (s *server) authenticate(r *http.Request, need accessLevel) (access, error)
 		// A cookie from before the tokens changed, or one that a page on
 		// another port of this host set (cookies ignore ports): it goes,
 		// and the request is judged as if it had none.
-		if s.trustedAddr(r.RemoteAddr) {
+		if s.trustedCaller(r) {
 			return access{role: roleControl, staleCookie: true}, nil
 		}
 		return access{staleCookie: true}, unauthorized("the token in cookie " + source +
@@ -210,6 +210,13 @@ func sourceName(source string) string {
 		return "Authorization header"
 	}
 	return "?token= parameter"
+}
+
+// trustedCaller reports whether r comes from a trusted network. A request
+// another agent proxied (cluster.go) never does: its caller is not at that
+// agent's address, and its own token decides.
+func (s *server) trustedCaller(r *http.Request) bool {
+	return !isProxied(r) && s.trustedAddr(r.RemoteAddr)
 }
 
 // trustedAddr reports whether a RemoteAddr is in a trusted network.

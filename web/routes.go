@@ -33,6 +33,10 @@ const (
 	// accessControl needs the control token (or a trusted network): it
 	// acts on a VM, reads what is inside one, or changes the farm.
 	accessControl
+	// accessCluster needs the cluster token (X-Deskfarm-Cluster-Token),
+	// whatever else the request carries: it is for other agents of the
+	// cluster (cluster.go), never for clients.
+	accessCluster
 )
 
 func (a accessLevel) String() string {
@@ -43,6 +47,8 @@ func (a accessLevel) String() string {
 		return "watch"
 	case accessControl:
 		return "control"
+	case accessCluster:
+		return "cluster"
 	}
 	return "undeclared"
 }
@@ -118,6 +124,11 @@ type route struct {
 	// timed, when set, observes the route's latency, labelled with "vm"
 	// or "episode".
 	timed *prometheus.HistogramVec
+	// owned marks a row that acts on the episode {id}: on a cluster
+	// agent, an episode that its pool does not hold is served by the
+	// episode's owner, proxied (cluster.go). Every episode variant of a
+	// vmAndEpisode row is owned.
+	owned bool
 }
 
 // routes is the table.
@@ -128,7 +139,7 @@ func (s *server) routes() []route {
 	// A VM route that changes the guest.
 	acts := func(p policy) policy { p.mutates = true; return p }
 	mcpr := s.mcp
-	return []route{
+	rows := []route{
 		{method: "GET", path: "/healthz", op: "health", policy: policy{access: accessPublic, body: bodyNone}, h: s.health},
 		{method: "POST", path: "/v1/vms", op: "create", policy: controlJSON, h: s.create},
 		{method: "GET", path: "/v1/vms", op: "list", policy: watch, h: s.list},
@@ -152,8 +163,8 @@ func (s *server) routes() []route {
 		// Episodes lease pool VMs (episodes.go).
 		{method: "POST", path: "/v1/episodes", op: "episode_start", policy: controlJSON, h: s.startEpisode},
 		{method: "GET", path: "/v1/episodes", op: "episode_list", policy: watch, h: s.listEpisodes},
-		{method: "GET", path: "/v1/episodes/{id}", op: "episode_get", policy: watch, h: s.getEpisode},
-		{method: "DELETE", path: "/v1/episodes/{id}", op: "episode_end", policy: control, h: s.endEpisode},
+		{method: "GET", path: "/v1/episodes/{id}", op: "episode_get", policy: watch, h: s.getEpisode, owned: true},
+		{method: "DELETE", path: "/v1/episodes/{id}", op: "episode_end", policy: control, h: s.endEpisode, owned: true},
 		{method: "GET", path: "/v1/pools", op: "pools", policy: watch, h: s.listPools},
 		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the
 		// session. Every MCP session acts (mcp.go), its event stream too.
@@ -179,6 +190,13 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/v1/vms/{id}/control", op: "control_status", policy: watch, h: s.controlStatus},
 		{method: "DELETE", path: "/v1/vms/{id}/control", op: "release_control", policy: control, h: s.releaseControl},
 	}
+	if s.cluster != nil {
+		// Another agent's claim of a desktop of this node (cluster.go);
+		// a single host has no such route (404).
+		rows = append(rows, route{method: "POST", path: "/v1/cluster/bind", op: "cluster_bind",
+			policy: policy{access: accessCluster, body: bodyJSON}, h: s.clusterBind})
+	}
+	return rows
 }
 
 // hasControlToken reports whether a takeover request presents a control
@@ -213,6 +231,7 @@ func (s *server) expand(rows []route) []route {
 			if rt.timed != nil {
 				r.h = s.timed(rt.timed, v.via, r.h)
 			}
+			r.owned = v.via == "episode"
 			out = append(out, r)
 		}
 	}
@@ -231,7 +250,9 @@ func (rt route) check() error {
 	what := rt.method + " " + rt.path
 	switch {
 	case rt.access == accessUndeclared:
-		return fmt.Errorf("route %s: no access declared (public, watch or control)", what)
+		return fmt.Errorf("route %s: no access declared (public, watch, control or cluster)", what)
+	case rt.owned && !strings.Contains(rt.path, "{id}"):
+		return fmt.Errorf("route %s: owned applies to a row of an episode {id}", what)
 	case rt.body == bodyUndeclared:
 		return fmt.Errorf("route %s: no body kind declared (none, json or octet)", what)
 	case (rt.h == nil) == (rt.vm == nil):
@@ -262,7 +283,11 @@ func (s *server) handler(rows []route) http.Handler {
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}
 	for _, rt := range s.expand(rows) {
-		mux.Handle(rt.method+" "+rt.path, &routeHandler{policy: rt.policy, op: rt.op, Handler: s.wrap(rt.op, rt.h)})
+		h := rt.h
+		if rt.owned && s.cluster != nil {
+			h = s.owned(h) // cluster.go
+		}
+		mux.Handle(rt.method+" "+rt.path, &routeHandler{policy: rt.policy, op: rt.op, Handler: s.wrap(rt.op, h)})
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
 	}
 	// A method-less pattern is less specific than the method ones, so it
