@@ -75,11 +75,10 @@ func isProxied(r *http.Request) bool {
 }
 
 // hasClusterToken reports whether r carries this agent's cluster token,
-// compared by digest in constant time. An agent without one (single
-// host) accepts none.
+// compared by digest in constant time. A single host accepts none.
 func (s *server) hasClusterToken(r *http.Request) bool {
 	got := r.Header.Get(ClusterTokenHeader)
-	if s.clusterToken == "" || got == "" {
+	if s.cluster == nil || s.clusterToken == "" || got == "" {
 		return false
 	}
 	return tokenEqual(sha256.Sum256([]byte(got)), s.clusterToken)
@@ -109,18 +108,6 @@ func (s *server) owned(h apiHandler) apiHandler {
 		return s.proxy(w, r, pl)
 	}
 }
-
-// ownerError is an owner agent that did not answer a proxied call.
-type ownerError struct {
-	node, url, episode string
-	err                error
-}
-
-func (e *ownerError) Error() string {
-	return fmt.Sprintf("episode %s: its node %s (agent %s) did not answer: %v", e.episode, e.node, e.url, e.err)
-}
-
-func (e *ownerError) Unwrap() error { return e.err }
 
 // proxy relays r to the owner of pl's episode and its answer back.
 func (s *server) proxy(w http.ResponseWriter, r *http.Request, pl cluster.Placement) error {
@@ -161,7 +148,8 @@ func (s *server) proxy(w http.ResponseWriter, r *http.Request, pl cluster.Placem
 	if _, err := s.cluster.Locate(pl.Episode); errors.Is(err, cluster.ErrNodeLost) {
 		return fmt.Errorf("episode %s: %w", pl.Episode, err)
 	}
-	return &ownerError{node: pl.Node, url: pl.URL, episode: pl.Episode, err: failed}
+	return &httpError{status: http.StatusBadGateway, code: api.CodeNodeUnreachable,
+		msg: fmt.Sprintf("episode %s: its node %s (agent %s) did not answer: %v", pl.Episode, pl.Node, pl.URL, failed)}
 }
 
 // watchOwner cancels a proxied call when the owner's node is lost.

@@ -181,7 +181,7 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/assets/{path...}", op: "assets", policy: watch, h: s.assets},
 		{method: "GET", path: "/novnc/{path...}", op: "novnc", policy: watch, h: s.noVNC},
 		// Long-lived viewer connections hold a slot of the caps while open.
-		{method: "GET", path: "/v1/vms/{id}/stream", op: "stream", policy: watch, h: s.capped(s.stream)},
+		{method: "GET", path: "/stream", op: "stream", policy: watch, vm: s.cappedVM(s.stream), scope: vmAndEpisode},
 		{method: "GET", path: "/v1/vms/{id}/activity", op: "activity", policy: watch, h: s.capped(s.activityStream)},
 		// Without a control_token the takeover connection only watches.
 		{method: "GET", path: "/v1/vms/{id}/vnc", op: "vnc_proxy", h: s.capped(s.vncProxy),

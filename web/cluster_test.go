@@ -1,0 +1,467 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/cluster"
+	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
+)
+
+// The proxy's protocol edge (issue 15): two agents' front doors on
+// loopback, A and B, each with its own pool on its own in-memory farm, and
+// a fake cluster.Front per agent that places episodes of A's pool on A.
+// What the apiserver decides (claims, Leases) is not here: the agents'
+// E2E tests run those against a real one.
+
+const (
+	clusterCtl    = "ctl-secret"
+	clusterViewer = "view-secret"
+	clusterTok    = "cluster-secret"
+)
+
+// paintedDisplay is a still screen of one colour that counts the button
+// presses it gets: which agent's VM an action reached.
+type paintedDisplay struct {
+	stillDisplay
+	c       color.RGBA
+	presses atomic.Int32
+}
+
+func (d *paintedDisplay) SnapshotRaw() *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, 640, 400))
+	draw.Draw(img, img.Bounds(), &image.Uniform{d.c}, image.Point{}, draw.Src)
+	return img
+}
+
+func (d *paintedDisplay) Snapshot() *image.RGBA { return d.SnapshotRaw() }
+
+func (d *paintedDisplay) Pointer(x, y int, b uint8) error {
+	if b != 0 {
+		d.presses.Add(1)
+	}
+	return d.stillDisplay.Pointer(x, y, b)
+}
+
+// fakeFront is an agent's cluster.Front: episodes of owner's pool live on
+// node ownerNode at ownerURL; Claim leases there; Bind leases locally.
+type fakeFront struct {
+	node      string
+	owner     *pool.Manager // nil: no episode is elsewhere
+	ownerNode string
+	ownerURL  string
+	local     *pool.Manager
+
+	lost     atomic.Bool // the owner's node stopped renewing its Lease
+	claimErr error
+
+	mu    sync.Mutex
+	binds []cluster.BindRequest
+}
+
+func (f *fakeFront) Node() string { return f.node }
+
+func (f *fakeFront) Claim(ctx context.Context, poolName string, ttl time.Duration) (cluster.Placement, pool.Episode, error) {
+	if f.claimErr != nil {
+		return cluster.Placement{}, pool.Episode{}, fmt.Errorf("claim a desktop of pool %s: %w", poolName, f.claimErr)
+	}
+	ep, err := f.owner.Start(ctx, poolName, ttl)
+	if err != nil {
+		return cluster.Placement{}, pool.Episode{}, err
+	}
+	return f.placement(ep), ep, nil
+}
+
+func (f *fakeFront) placement(ep pool.Episode) cluster.Placement {
+	return cluster.Placement{Episode: ep.ID, Desktop: f.ownerNode + "." + ep.VM, Node: f.ownerNode, URL: f.ownerURL,
+		VM: ep.VM, Pool: ep.Pool, ExpiresAt: ep.ExpiresAt}
+}
+
+func (f *fakeFront) Locate(id string) (cluster.Placement, error) {
+	if f.owner == nil {
+		return cluster.Placement{}, fmt.Errorf("episode %s: %w", id, cluster.ErrNotFound)
+	}
+	ep, err := f.owner.Get(id)
+	if err != nil {
+		return cluster.Placement{}, fmt.Errorf("episode %s: %w", id, cluster.ErrNotFound)
+	}
+	if f.lost.Load() {
+		return cluster.Placement{}, fmt.Errorf("node %s: %w", f.ownerNode, cluster.ErrNodeLost)
+	}
+	return f.placement(ep), nil
+}
+
+func (f *fakeFront) Bind(ctx context.Context, req cluster.BindRequest) (pool.Episode, error) {
+	f.mu.Lock()
+	f.binds = append(f.binds, req)
+	f.mu.Unlock()
+	return f.local.Start(ctx, req.Pool, time.Duration(req.TTLSeconds*float64(time.Second)))
+}
+
+// agent is one served front door.
+type agent struct {
+	srv   *httptest.Server
+	farm  *vmmtest.Farm
+	pools *pool.Manager
+	disp  *paintedDisplay
+	front *fakeFront
+}
+
+// newAgent serves a farm whose VMs are named prefix1, prefix2... with one
+// warm VM of pool "p" showing colour c; opts adds to its options.
+func newAgent(t *testing.T, prefix string, c color.RGBA, opts Options) *agent {
+	t.Helper()
+	a := &agent{farm: vmmtest.New(), disp: &paintedDisplay{c: c}}
+	a.farm.IDFormat = prefix + "%d"
+	a.farm.ExecFn = func(vmm.ExecRequest) (vmm.ExecResult, error) {
+		return vmm.ExecResult{Stdout: []byte("ran on " + prefix)}, nil
+	}
+	cfg := pool.Config{Pools: []pool.PoolConfig{{Name: "p", Image: "tiny", MemoryMiB: 256, VCPUs: 1, MinWarm: 1, Max: 1}}}
+	cfg.SetDefaults()
+	log := slog.New(slog.DiscardHandler)
+	var err error
+	a.pools, err = pool.New(context.Background(), a.farm, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desks := desk.New(a.farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
+		return a.disp, nil
+	}})
+	a.front = &fakeFront{node: prefix, local: a.pools}
+	opts.Desks, opts.Pools, opts.Logger = desks, a.pools, log
+	opts.Token, opts.ViewerToken, opts.ClusterToken = clusterCtl, clusterViewer, clusterTok
+	if opts.Cluster == nil {
+		opts.Cluster = a.front
+	}
+	a.srv = httptest.NewServer(NewServer(a.farm, opts))
+	t.Cleanup(func() { a.srv.Close(); desks.Close(); a.pools.Close(); a.farm.Close() })
+	return a
+}
+
+var (
+	red   = color.RGBA{200, 0, 0, 255}
+	green = color.RGBA{0, 200, 0, 255}
+)
+
+// clusterPair serves A, the owner (loopback trusted, as on a host), and
+// B, whose Front places A's episodes on A (no network trusted).
+func clusterPair(t *testing.T) (a, b *agent) {
+	t.Helper()
+	a = newAgent(t, "a", red, Options{})
+	b = newAgent(t, "b", green, Options{TrustedNets: []netip.Prefix{}})
+	b.front.owner, b.front.ownerNode, b.front.ownerURL = a.pools, "node-a", a.srv.URL
+	a.front.node = "node-a"
+	return a, b
+}
+
+// call sends a request; header is name, value pairs ("Host" sets Host).
+func call(t *testing.T, method, url, body string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	return resp, got
+}
+
+func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+// errCode is an error answer's code, "" if it is none.
+func errCode(b []byte) string {
+	var e api.ErrorResponse
+	json.Unmarshal(b, &e)
+	return e.Error.Code
+}
+
+// startThroughB starts an episode through B, which its Front places on A.
+func startThroughB(t *testing.T, a, b *agent) api.Episode {
+	t.Helper()
+	resp, body := call(t, "POST", b.srv.URL+"/v1/episodes", `{"pool":"p"}`, bearer(clusterCtl)...)
+	var ep api.Episode
+	if json.Unmarshal(body, &ep); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("start through B: %d %s", resp.StatusCode, body)
+	}
+	if ep.Node != "node-a" || ep.URL != a.srv.URL || !strings.HasPrefix(ep.VM, "a") {
+		t.Fatalf("start through B: node %q url %q vm %q; want node-a, %s and one of A's VMs", ep.Node, ep.URL, ep.VM, a.srv.URL)
+	}
+	// The record is the owner's: its viewer link is the owner's page.
+	if ep.ViewerURL != a.srv.URL+"/vms/"+ep.VM {
+		t.Errorf("viewer_url %q, want the owner's %s/vms/%s", ep.ViewerURL, a.srv.URL, ep.VM)
+	}
+	return ep
+}
+
+// An episode claimed through B lives on A; its actions, screenshot, exec,
+// files and end all work through B and reach A's VM, never B's.
+func TestClusterProxyReachesOwner(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	base := b.srv.URL + "/v1/episodes/" + ep.ID
+
+	resp, body := call(t, "POST", base+"/actions", `{"action":{"kind":"click","x":5,"y":5},"screenshot":"never"}`, bearer(clusterCtl)...)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("click through B: %d %s", resp.StatusCode, body)
+	}
+	if a.disp.presses.Load() == 0 || b.disp.presses.Load() != 0 {
+		t.Errorf("click through B: A's screen got %d presses, B's %d; want A's only", a.disp.presses.Load(), b.disp.presses.Load())
+	}
+
+	resp, body = call(t, "GET", base+"/screenshot", "", bearer(clusterCtl)...)
+	img, err := png.Decode(bytes.NewReader(body))
+	if resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("screenshot through B: %d %v %.200s", resp.StatusCode, err, body)
+	}
+	if got := color.RGBAModel.Convert(img.At(10, 10)).(color.RGBA); got != red {
+		t.Errorf("screenshot through B shows %v, want A's red %v", got, red)
+	}
+
+	resp, body = call(t, "POST", base+"/exec", `{"argv":["id"]}`, bearer(clusterCtl)...)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "ran on a") {
+		t.Errorf("exec through B: %d %s; want A's VM's answer", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("PUT", base+"/files?path=/tmp/note", strings.NewReader("hello A"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Authorization", "Bearer "+clusterCtl)
+	if put, err := http.DefaultClient.Do(req); err != nil || put.StatusCode != http.StatusNoContent {
+		t.Fatalf("write a file through B: %v %v", err, put)
+	}
+	if got, ok := a.farm.File(ep.VM, "/tmp/note"); !ok || string(got) != "hello A" {
+		t.Errorf("the file written through B is %q on A's VM (%v)", got, ok)
+	}
+	if resp, body = call(t, "GET", base+"/files?path=/tmp/note", "", bearer(clusterCtl)...); string(body) != "hello A" {
+		t.Errorf("read the file through B: %d %q", resp.StatusCode, body)
+	}
+
+	resp, body = call(t, "DELETE", base, "", bearer(clusterCtl)...)
+	var ended api.Episode
+	if json.Unmarshal(body, &ended); resp.StatusCode != http.StatusOK || ended.State != api.EpisodeEnded {
+		t.Fatalf("end through B: %d %s", resp.StatusCode, body)
+	}
+	if got, err := a.pools.Get(ep.ID); err != nil || got.State != pool.EpisodeEnded {
+		t.Errorf("after the end through B, A holds %+v (%v)", got, err)
+	}
+}
+
+// A proxied request keeps its caller's rights: a viewer token through B
+// watches and cannot act, whether B or A is asked; the cluster token opens
+// nothing by itself.
+func TestClusterProxyKeepsViewerRights(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	base := b.srv.URL + "/v1/episodes/" + ep.ID
+
+	if resp, body := call(t, "GET", base+"/screenshot", "", bearer(clusterViewer)...); resp.StatusCode != http.StatusOK {
+		t.Errorf("viewer's screenshot through B: %d %.200s", resp.StatusCode, body)
+	}
+	// A browser's ?token= is B's to check; it reaches A as the caller's token.
+	if resp, body := call(t, "GET", base+"?token="+clusterViewer, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("viewer's ?token= through B: %d %.200s", resp.StatusCode, body)
+	}
+	click := `{"action":{"kind":"click","x":5,"y":5},"screenshot":"never"}`
+	resp, body := call(t, "POST", base+"/actions", click, bearer(clusterViewer)...)
+	if resp.StatusCode != http.StatusForbidden || errCode(body) != api.CodeViewerToken {
+		t.Errorf("viewer's click through B: %d %s; want 403 %s", resp.StatusCode, body, api.CodeViewerToken)
+	}
+	// The owner judges the caller's token itself, as a proxied request
+	// shows it (cluster token plus the caller's token).
+	onA := a.srv.URL + "/v1/episodes/" + ep.ID + "/actions"
+	resp, body = call(t, "POST", onA, click, append(bearer(clusterViewer), ClusterTokenHeader, clusterTok)...)
+	if resp.StatusCode != http.StatusForbidden || errCode(body) != api.CodeViewerToken {
+		t.Errorf("viewer's proxied click on A: %d %s; want 403 %s", resp.StatusCode, body, api.CodeViewerToken)
+	}
+	// A trusts loopback, where B is; a proxied request is not trusted for
+	// that: its caller is not at B's address.
+	resp, body = call(t, "POST", onA, click, ClusterTokenHeader, clusterTok)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("proxied click on A without a caller's token: %d %s; want 401", resp.StatusCode, body)
+	}
+	if n := a.disp.presses.Load(); n != 0 {
+		t.Errorf("A's screen got %d presses from viewers", n)
+	}
+}
+
+// The frame websocket of an episode works through B: B relays the
+// upgrade and A's frames arrive.
+func TestClusterProxyStreamsFrames(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	url := "ws" + strings.TrimPrefix(b.srv.URL, "http") + "/v1/episodes/" + ep.ID + "/stream"
+	hdr := http.Header{"Authorization": {"Bearer " + clusterViewer}, "Origin": {b.srv.URL}}
+	c, resp, err := websocket.DefaultDialer.Dial(url, hdr)
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("stream through B: %v (HTTP %d)", err, status)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	kind, frame, err := c.ReadMessage()
+	if err != nil || kind != websocket.BinaryMessage || len(frame) == 0 {
+		t.Fatalf("first message through B: kind %d, %d bytes, %v; want a binary frame", kind, len(frame), err)
+	}
+	// A page of another origin cannot open it through B.
+	hdr.Set("Origin", "https://evil.example")
+	if _, resp, err := websocket.DefaultDialer.Dial(url, hdr); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-site stream through B: %v %v; want 403", err, resp)
+	}
+}
+
+// POST /v1/cluster/bind is for agents: only the cluster token opens it,
+// never a client's token, a viewer's or a trusted network; a single host
+// has no such route.
+func TestClusterBindNeedsClusterToken(t *testing.T) {
+	a := newAgent(t, "a", red, Options{})
+	bind := a.srv.URL + "/v1/cluster/bind"
+	req := `{"desktop":"node-a.a1","episode":"ep-0123456789ab","pool":"p","vm":"a1","ttl_s":60}`
+	for _, c := range []struct {
+		what   string
+		header []string
+	}{
+		{"no token, from a trusted network", nil},
+		{"a viewer token", bearer(clusterViewer)},
+		{"the control token", bearer(clusterCtl)},
+		{"a wrong cluster token", []string{ClusterTokenHeader, "guess"}},
+	} {
+		resp, body := call(t, "POST", bind, req, c.header...)
+		if resp.StatusCode != http.StatusUnauthorized || errCode(body) != api.CodeUnauthorized {
+			t.Errorf("bind with %s: %d %s; want 401", c.what, resp.StatusCode, body)
+		}
+	}
+	if len(a.front.binds) != 0 {
+		t.Fatalf("refused binds reached the agent: %+v", a.front.binds)
+	}
+	resp, body := call(t, "POST", bind, req, ClusterTokenHeader, clusterTok)
+	var ep api.Episode
+	if json.Unmarshal(body, &ep); resp.StatusCode != http.StatusOK || ep.ID == "" || ep.Node != "a" {
+		t.Fatalf("bind with the cluster token: %d %s", resp.StatusCode, body)
+	}
+	if len(a.front.binds) != 1 || a.front.binds[0].Episode != "ep-0123456789ab" {
+		t.Errorf("binds: %+v", a.front.binds)
+	}
+
+	single := newSecFarm(t, Options{ClusterToken: clusterTok})
+	if resp, body := single.send(t, "POST", "/v1/cluster/bind", req, "Content-Type", "application/json",
+		ClusterTokenHeader, clusterTok); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("bind on a single host: %d %s; want 404", resp.StatusCode, body)
+	}
+}
+
+// The owner lets a proxied request's Host and Origin pass only with the
+// cluster token: without it, a foreign Host is still a rebinding page.
+func TestClusterOwnerHostNeedsClusterToken(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	path := a.srv.URL + "/v1/episodes/" + ep.ID
+	resp, body := call(t, "GET", path, "", append(bearer(clusterCtl), "Host", "agent-b.example:8080")...)
+	if resp.StatusCode != http.StatusMisdirectedRequest || errCode(body) != api.CodeMisdirectedRequest {
+		t.Errorf("foreign Host without the cluster token: %d %s; want 421", resp.StatusCode, body)
+	}
+	resp, body = call(t, "GET", path, "", append(bearer(clusterCtl), "Host", "agent-b.example:8080", ClusterTokenHeader, "guess")...)
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("foreign Host with a wrong cluster token: %d %s; want 421", resp.StatusCode, body)
+	}
+	resp, body = call(t, "GET", path, "", append(bearer(clusterCtl), "Host", "agent-b.example:8080", ClusterTokenHeader, clusterTok)...)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("foreign Host with the cluster token: %d %s; want 200", resp.StatusCode, body)
+	}
+	click := `{"action":{"kind":"click","x":5,"y":5},"screenshot":"never"}`
+	resp, body = call(t, "POST", path+"/actions", click, append(bearer(clusterCtl), "Origin", "http://agent-b.example:8080")...)
+	if resp.StatusCode != http.StatusForbidden || errCode(body) != api.CodeCrossSite {
+		t.Errorf("foreign Origin without the cluster token: %d %s; want 403 %s", resp.StatusCode, body, api.CodeCrossSite)
+	}
+}
+
+// A lost node's episode answers node_lost through any agent; an owner
+// that does not answer is a 502 naming its node; a claim while the
+// apiserver is away is 503 cluster_unavailable; an episode no agent holds
+// is episode_not_found.
+func TestClusterFailureCodes(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	base := b.srv.URL + "/v1/episodes/" + ep.ID
+
+	b.front.lost.Store(true)
+	resp, body := call(t, "GET", base+"/screenshot", "", bearer(clusterCtl)...)
+	if resp.StatusCode != http.StatusGone || errCode(body) != api.CodeNodeLost {
+		t.Errorf("screenshot of a lost node's episode: %d %s; want 410 %s", resp.StatusCode, body, api.CodeNodeLost)
+	}
+	b.front.lost.Store(false)
+
+	// An owner URL where nothing listens.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.front.ownerURL = "http://" + ln.Addr().String()
+	ln.Close()
+	resp, body = call(t, "GET", base+"/screenshot", "", bearer(clusterCtl)...)
+	if resp.StatusCode != http.StatusBadGateway || errCode(body) != api.CodeNodeUnreachable || !strings.Contains(string(body), "node-a") {
+		t.Errorf("screenshot with the owner down: %d %s; want 502 %s naming node-a", resp.StatusCode, body, api.CodeNodeUnreachable)
+	}
+
+	resp, body = call(t, "GET", b.srv.URL+"/v1/episodes/ep-000000000000", "", bearer(clusterCtl)...)
+	if resp.StatusCode != http.StatusNotFound || errCode(body) != api.CodeEpisodeNotFound {
+		t.Errorf("an episode nobody holds: %d %s; want 404 %s", resp.StatusCode, body, api.CodeEpisodeNotFound)
+	}
+
+	for _, c := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{cluster.ErrUnavailable, http.StatusServiceUnavailable, api.CodeClusterUnavailable},
+		{cluster.ErrNoDesktop, api.Status(api.CodePoolFull), api.CodePoolFull},
+		{fmt.Errorf("bind: %w", pool.ErrNotWarm), http.StatusConflict, api.CodeNotWarm},
+	} {
+		b.front.claimErr = c.err
+		resp, body := call(t, "POST", b.srv.URL+"/v1/episodes", `{"pool":"p"}`, bearer(clusterCtl)...)
+		if resp.StatusCode != c.status || errCode(body) != c.code {
+			t.Errorf("claim failing with %v: %d %s; want %d %s", c.err, resp.StatusCode, body, c.status, c.code)
+		}
+	}
+}
