@@ -36,6 +36,14 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (%s, HTTP %d)", msg, e.Code, e.Status)
 }
 
+// Is makes errors.Is match an *Error by its code: target an *Error with
+// the same Code, and the same Status unless target's is 0 (the sentinels
+// of package client are such).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && (t.Status == 0 || t.Status == e.Status)
+}
+
 // IsCode reports whether err is, or wraps, an *Error with the given code.
 func IsCode(err error, code string) bool {
 	e, ok := errors.AsType[*Error](err)

@@ -275,6 +275,19 @@ func TestClusterProxyReachesOwner(t *testing.T) {
 		t.Errorf("read the file through B: %d %q", resp.StatusCode, body)
 	}
 
+	// OSWorld's revert: the episode's VM reset in place, through B.
+	a.farm.Lock()
+	resetsA := a.farm.Resets
+	a.farm.Unlock()
+	if resp, body = call(t, "POST", base+"/reset", "", bearer(clusterCtl)...); resp.StatusCode != http.StatusOK {
+		t.Errorf("reset through B: %d %s", resp.StatusCode, body)
+	}
+	a.farm.Lock()
+	if a.farm.Resets != resetsA+1 {
+		t.Errorf("reset through B: A's farm reset %d times, want 1", a.farm.Resets-resetsA)
+	}
+	a.farm.Unlock()
+
 	resp, body = call(t, "DELETE", base, "", bearer(clusterCtl)...)
 	var ended api.Episode
 	if json.Unmarshal(body, &ended); resp.StatusCode != http.StatusOK || ended.State != api.EpisodeEnded {

@@ -145,7 +145,7 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/v1/vms", op: "list", policy: watch, h: s.list},
 		{method: "GET", path: "/v1/vms/{id}", op: "get", policy: watch, h: s.get},
 		{method: "DELETE", path: "/v1/vms/{id}", op: "destroy", policy: control, h: s.destroy},
-		{method: "POST", path: "/v1/vms/{id}/reset", op: "reset", policy: control, h: s.reset},
+		{method: "POST", path: "/reset", op: "reset", policy: control, vm: s.reset, scope: vmAndEpisode},
 		// The VM routes that an episode also has.
 		{method: "POST", path: "/exec", op: "exec", policy: acts(controlJSON), vm: s.exec, scope: vmAndEpisode},
 		// A guest's files are more than its screen: keys, logs, answers.

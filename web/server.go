@@ -222,10 +222,14 @@ func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
+// reset serves POST /v1/vms/{id}/reset and the episode's
+// /v1/episodes/{id}/reset: the VM back to its ready snapshot in place (the
+// episode goes on; OSWorld's revert). Through an episode, any agent of a
+// cluster reaches it.
+func (s *server) reset(w http.ResponseWriter, r *http.Request, t target) error {
+	id := t.vm
 	start := time.Now()
-	res, err := s.farm.Reset(r.Context(), id)
+	res, err := s.farm.Reset(t.ctx, id)
 	if err != nil {
 		return err
 	}
