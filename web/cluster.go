@@ -206,7 +206,7 @@ func (s *server) startClusterEpisode(w http.ResponseWriter, r *http.Request, poo
 			out = rec
 		} else {
 			s.log.Warn("episode record from its owner", "episode", ep.ID, "node", pl.Node, "op", "episode_start", "err", err)
-			out.ViewerURL, out.OSWorldAddress = strings.TrimSuffix(pl.URL, "/")+"/vms/"+ep.VM, ""
+			out.OSWorldAddress = ""
 		}
 	}
 	out.Node, out.URL = pl.Node, pl.URL
@@ -224,6 +224,10 @@ func (s *server) ownerRecord(r *http.Request, pl cluster.Placement) (api.Episode
 		return out, err
 	}
 	s.forwardCredentials(r, req)
+	// As a proxied call's: the owner's links name this agent.
+	scheme, host := callerBase(r)
+	req.Header.Set("X-Forwarded-Host", host)
+	req.Header.Set("X-Forwarded-Proto", scheme)
 	resp, err := s.proxyTransport.RoundTrip(req)
 	if err != nil {
 		return out, err

@@ -13,8 +13,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,9 +229,9 @@ func startThroughB(t *testing.T, a, b *agent) api.Episode {
 	if ep.Node != "node-a" || ep.URL != a.srv.URL || !strings.HasPrefix(ep.VM, "a") {
 		t.Fatalf("start through B: node %q url %q vm %q; want node-a, %s and one of A's VMs", ep.Node, ep.URL, ep.VM, a.srv.URL)
 	}
-	// The record is the owner's: its viewer link is the owner's page.
-	if ep.ViewerURL != a.srv.URL+"/vms/"+ep.VM {
-		t.Errorf("viewer_url %q, want the owner's %s/vms/%s", ep.ViewerURL, a.srv.URL, ep.VM)
+	// The viewer link is the episode's page on the agent asked.
+	if ep.ViewerURL != b.srv.URL+"/episodes/"+ep.ID {
+		t.Errorf("viewer_url %q, want B's %s/episodes/%s", ep.ViewerURL, b.srv.URL, ep.ID)
 	}
 	return ep
 }
@@ -476,5 +478,77 @@ func TestClusterFailureCodes(t *testing.T) {
 		if resp.StatusCode != c.status || errCode(body) != c.code {
 			t.Errorf("claim failing with %v: %d %s; want %d %s", c.err, resp.StatusCode, body, c.status, c.code)
 		}
+	}
+}
+
+// The episode's viewer page works through B as a browser uses it: opened
+// once with ?token=, then B's cookie carries the page's own requests (the
+// activity feed, the takeover socket), which B relays to A with the
+// caller's token: a viewer may watch, not take control.
+func TestClusterViewerPageThroughB(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	resp, err := browser.Get(ep.ViewerURL + "?token=" + clusterViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), `data-api="/v1/episodes/`+ep.ID+`"`) ||
+		!strings.Contains(string(page), `data-vm="`+ep.VM+`"`) {
+		t.Fatalf("viewer page through B: %d %.400s", resp.StatusCode, page)
+	}
+
+	// The activity feed, with the cookie only.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.srv.URL+"/v1/episodes/"+ep.ID+"/activity", nil)
+	resp, err = browser.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("activity feed through B: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	resp.Body.Close()
+
+	// The takeover socket, read-only: the RFB greeting arrives from A.
+	u, _ := url.Parse(b.srv.URL)
+	hdr := http.Header{"Origin": {b.srv.URL}}
+	for _, c := range jar.Cookies(u) {
+		hdr.Add("Cookie", c.Name+"="+c.Value)
+	}
+	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(b.srv.URL, "http")+"/v1/episodes/"+ep.ID+"/vnc", hdr)
+	if err != nil {
+		t.Fatalf("takeover socket through B: %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, greeting, err := c.ReadMessage()
+	c.Close()
+	if err != nil || !strings.HasPrefix(string(greeting), "RFB 003.008") {
+		t.Errorf("takeover socket through B: %q %v; want the RFB greeting", greeting, err)
+	}
+
+	// Taking control is a control row: the viewer's cookie cannot.
+	req, _ = http.NewRequest("POST", b.srv.URL+"/v1/episodes/"+ep.ID+"/control", nil)
+	resp, err = browser.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || errCode(body) != api.CodeViewerToken {
+		t.Errorf("viewer takes control through B: %d %s", resp.StatusCode, body)
+	}
+	// With the control token it can, on A's VM.
+	resp2, body := call(t, "POST", b.srv.URL+"/v1/episodes/"+ep.ID+"/control", "", bearer(clusterCtl)...)
+	if resp2.StatusCode != http.StatusCreated {
+		t.Errorf("take control through B: %d %s", resp2.StatusCode, body)
+	}
+	resp2, body = call(t, "GET", a.srv.URL+"/v1/vms/"+ep.VM+"/control", "", bearer(clusterCtl)...)
+	if !strings.Contains(string(body), `"human":true`) {
+		t.Errorf("A's VM after control was taken through B: %d %s", resp2.StatusCode, body)
 	}
 }

@@ -178,17 +178,19 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/v1/live", op: "live", policy: watch, h: s.capped(s.farmLive)},
 		{method: "GET", path: "/wall", op: "wall", policy: watch, h: s.wall},
 		{method: "GET", path: "/vms/{id}", op: "live_view", policy: watch, h: s.liveView},
+		{method: "GET", path: "/episodes/{id}", op: "episode_view", policy: watch, h: s.episodeView, owned: true},
 		{method: "GET", path: "/assets/{path...}", op: "assets", policy: watch, h: s.assets},
 		{method: "GET", path: "/novnc/{path...}", op: "novnc", policy: watch, h: s.noVNC},
 		// Long-lived viewer connections hold a slot of the caps while open.
 		{method: "GET", path: "/stream", op: "stream", policy: watch, vm: s.cappedVM(s.stream), scope: vmAndEpisode},
-		{method: "GET", path: "/v1/vms/{id}/activity", op: "activity", policy: watch, h: s.capped(s.activityStream)},
+		// An episode's end ends its viewer connections.
+		{method: "GET", path: "/activity", op: "activity", policy: watch, vm: s.cappedVM(s.activityStream), scope: vmAndEpisode},
 		// Without a control_token the takeover connection only watches.
-		{method: "GET", path: "/v1/vms/{id}/vnc", op: "vnc_proxy", h: s.capped(s.vncProxy),
+		{method: "GET", path: "/vnc", op: "vnc_proxy", vm: s.cappedVM(s.vncProxy), scope: vmAndEpisode,
 			policy: policy{access: accessWatch, body: bodyNone, controlWhen: hasControlToken}},
-		{method: "POST", path: "/control", op: "take_control", policy: acts(control), vm: s.takeControl},
-		{method: "GET", path: "/v1/vms/{id}/control", op: "control_status", policy: watch, h: s.controlStatus},
-		{method: "DELETE", path: "/v1/vms/{id}/control", op: "release_control", policy: control, h: s.releaseControl},
+		{method: "POST", path: "/control", op: "take_control", policy: acts(control), vm: s.takeControl, scope: vmAndEpisode},
+		{method: "GET", path: "/control", op: "control_status", policy: watch, vm: s.controlStatus, scope: vmAndEpisode},
+		{method: "DELETE", path: "/control", op: "release_control", policy: control, vm: s.releaseControl, scope: vmAndEpisode},
 	}
 	if s.cluster != nil {
 		// Another agent's claim of a desktop of this node (cluster.go);
