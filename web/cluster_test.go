@@ -179,34 +179,13 @@ func clusterPair(t *testing.T) (a, b *agent) {
 	return a, b
 }
 
-// call sends a request; header is name, value pairs ("Host" sets Host).
+// call is rawCall with a body sent as JSON.
 func call(t *testing.T, method, url, body string, header ...string) (*http.Response, []byte) {
 	t.Helper()
-	var r io.Reader
 	if body != "" {
-		r = strings.NewReader(body)
+		header = append([]string{"Content-Type", "application/json"}, header...)
 	}
-	req, err := http.NewRequest(method, url, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i] == "Host" {
-			req.Host = header[i+1]
-			continue
-		}
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	return resp, got
+	return rawCall(t, method, url, body, header...)
 }
 
 func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
