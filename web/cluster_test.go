@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/cluster"
@@ -531,3 +532,50 @@ func TestClusterViewerPageThroughB(t *testing.T) {
 		t.Errorf("A's VM after control was taken through B: %d %s", resp2.StatusCode, body)
 	}
 }
+
+// MCP at B drives an episode on A: /mcp's in-process calls go through the
+// same proxy, with /mcp's caller's rights (the control token).
+func TestClusterMCPThroughB(t *testing.T) {
+	a, b := clusterPair(t)
+	ctx := context.Background()
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+clusterCtl)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: b.srv.URL + "/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tool := func(name string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", name, err, res)
+		}
+		return res
+	}
+	tool("start_episode", map[string]any{"pool": "p"})
+	eps := a.pools.List()
+	if len(eps) != 1 || len(b.pools.List()) != 0 {
+		t.Fatalf("after start_episode at B: A holds %d episodes, B %d; want A one", len(eps), len(b.pools.List()))
+	}
+	tool("write_file", map[string]any{"path": "/tmp/f", "content": "via mcp at B"})
+	if got, _ := a.farm.File(eps[0].VM, "/tmp/f"); string(got) != "via mcp at B" {
+		t.Errorf("A's VM holds %q", got)
+	}
+	tool("computer", map[string]any{"action": "left_click", "coordinate": []int{3, 4}})
+	if a.disp.presses.Load() == 0 || b.disp.presses.Load() != 0 {
+		t.Errorf("MCP click at B: A's screen got %d presses, B's %d", a.disp.presses.Load(), b.disp.presses.Load())
+	}
+	tool("end_episode", nil)
+	if got, _ := a.pools.Get(eps[0].ID); got.State != pool.EpisodeEnded {
+		t.Errorf("after end_episode at B, A's episode is %s", got.State)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
