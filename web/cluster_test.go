@@ -579,3 +579,27 @@ func TestClusterMCPThroughB(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A call in flight through B when A's node is lost ends with node_lost,
+// not a wait for an owner that will not answer.
+func TestClusterLostOwnerEndsCallInFlight(t *testing.T) {
+	a, b := clusterPair(t)
+	ep := startThroughB(t, a, b)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	a.farm.Lock()
+	a.farm.ExecFn = func(vmm.ExecRequest) (vmm.ExecResult, error) {
+		close(started)
+		<-release // an owner that hangs
+		return vmm.ExecResult{}, nil
+	}
+	a.farm.Unlock()
+	go func() {
+		<-started
+		b.front.lost.Store(true)
+	}()
+	resp, body := call(t, "POST", b.srv.URL+"/v1/episodes/"+ep.ID+"/exec", `{"argv":["sleep","1000"]}`, bearer(clusterCtl)...)
+	if resp.StatusCode != http.StatusGone || errCode(body) != api.CodeNodeLost {
+		t.Errorf("exec in flight when the owner's node was lost: %d %s; want 410 %s", resp.StatusCode, body, api.CodeNodeLost)
+	}
+}
