@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -92,7 +93,7 @@ type callerKey struct{}
 func (s *server) owned(h apiHandler) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id := r.PathValue("id")
-		if s.cluster == nil || isProxied(r) {
+		if s.cluster == nil || s.pools == nil || isProxied(r) {
 			return h(w, r)
 		}
 		if _, err := s.pools.Get(id); err == nil {
@@ -117,7 +118,7 @@ func (s *server) proxy(w http.ResponseWriter, r *http.Request, pl cluster.Placem
 			msg: fmt.Sprintf("episode %s: its node %s publishes no usable agent URL (%q)", pl.Episode, pl.Node, pl.URL)}
 	}
 	if info := infoFrom(r); info != nil {
-		info.vm = pl.Node + "/" + pl.VM
+		info.vm, info.node = pl.VM, pl.Node
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -133,6 +134,7 @@ func (s *server) proxy(w http.ResponseWriter, r *http.Request, pl cluster.Placem
 		Transport:     s.proxyTransport,
 		FlushInterval: -1, // streams (screenshots, SSE) pass as they come
 		ErrorHandler:  func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	rp.ServeHTTP(w, r.WithContext(ctx))
 	if failed == nil {
@@ -197,7 +199,10 @@ func (s *server) startClusterEpisode(w http.ResponseWriter, r *http.Request, poo
 	if err != nil {
 		return err
 	}
-	noteVM(r, pl.Node+"/"+ep.VM)
+	noteVM(r, ep.VM)
+	if info := infoFrom(r); info != nil {
+		info.node = pl.Node
+	}
 	out := s.episodeResponse(r, ep)
 	if !pl.Local {
 		// The owner's record has what only it knows: its viewer link and

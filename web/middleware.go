@@ -19,6 +19,7 @@ import (
 type reqInfo struct {
 	op   string
 	vm   string
+	node string // the owner's, for a call proxied to another agent (cluster.go)
 	auth string // the role authenticate found: "control", "viewer" or ""
 	code string
 	err  error
@@ -64,6 +65,9 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		}
 		if info.vm != "" {
 			attrs = append(attrs, slog.String("vm", info.vm))
+		}
+		if info.node != "" {
+			attrs = append(attrs, slog.String("node", info.node))
 		}
 		if info.auth != "" {
 			attrs = append(attrs, slog.String("auth", info.auth))
