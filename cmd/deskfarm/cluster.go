@@ -164,6 +164,15 @@ func advertiseURL(s string) (string, error) {
 	return strings.TrimSuffix(s, "/"), nil
 }
 
+// advertiseName is the advertised URL's host name (or address).
+func advertiseName(adv string) string {
+	u, err := url.Parse(adv)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
 // advertiseHost is the --allow-host entry for the advertised URL: its
 // Host as clients send it (NAME:PORT, or NAME on the scheme's port).
 func advertiseHost(adv string) string {

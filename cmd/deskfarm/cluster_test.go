@@ -88,6 +88,9 @@ func TestServeClusterFlags(t *testing.T) {
 	if hosts := allowedHosts(got); !reflect.DeepEqual(hosts, []string{"agent.example", "127.0.0.1"}) {
 		t.Errorf("allowed hosts: %q", hosts)
 	}
+	if name := advertiseName(got.Cluster.Advertise); name != "agent.example" {
+		t.Errorf("OSWorld ports advertised at %q, want agent.example", name)
+	}
 
 	// Without the cluster flags, nothing of it.
 	if _, err := run(t, "serve"); err == nil || got.Cluster != nil {

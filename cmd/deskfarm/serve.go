@@ -263,6 +263,10 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	// OSWorld's in-VM API: a port per osworld VM on the API's host, with
 	// the API's authentication.
 	ports := &osworld.Ports{Farm: farm, Desks: desks, Host: listenHost(ln.Addr()), Wrap: web.Authenticate(opts), Log: log}
+	if cfg.Cluster != nil {
+		// Clients on other nodes reach this one's ports at its advertised name.
+		ports.AdvertiseHost = advertiseName(cfg.Cluster.Advertise)
+	}
 	portsCtx, stopPorts := context.WithCancel(context.Background())
 	portsDone := make(chan struct{})
 	go func() {
