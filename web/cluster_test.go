@@ -257,6 +257,11 @@ func TestClusterProxyReachesOwner(t *testing.T) {
 		t.Errorf("read the file through B: %d %q", resp.StatusCode, body)
 	}
 
+	// Cua's protocol on the episode.
+	if resp, body = call(t, "GET", base+"/cua/status", "", bearer(clusterCtl)...); resp.StatusCode != http.StatusOK {
+		t.Errorf("cua status through B: %d %s", resp.StatusCode, body)
+	}
+
 	// OSWorld's revert: the episode's VM reset in place, through B.
 	a.farm.Lock()
 	resetsA := a.farm.Resets
@@ -601,5 +606,28 @@ func TestClusterLostOwnerEndsCallInFlight(t *testing.T) {
 	resp, body := call(t, "POST", b.srv.URL+"/v1/episodes/"+ep.ID+"/exec", `{"argv":["sleep","1000"]}`, bearer(clusterCtl)...)
 	if resp.StatusCode != http.StatusGone || errCode(body) != api.CodeNodeLost {
 		t.Errorf("exec in flight when the owner's node was lost: %d %s; want 410 %s", resp.StatusCode, body, api.CodeNodeLost)
+	}
+}
+
+// Every row of an episode {id} is owned: on a cluster agent, none of them
+// can be served for an episode that lives on another node.
+func TestClusterEpisodeRowsAreOwned(t *testing.T) {
+	s := newServer(vmmtest.New(), Options{Cluster: &fakeFront{}, ClusterToken: clusterTok})
+	n := 0
+	for _, rt := range s.expand(s.routes()) {
+		if strings.HasPrefix(rt.path, "/v1/episodes/{id}") || strings.HasPrefix(rt.path, "/episodes/{id}") {
+			n++
+			if !rt.owned {
+				t.Errorf("%s %s acts on an episode but is not owned", rt.method, rt.path)
+			}
+		} else if rt.owned {
+			t.Errorf("%s %s is owned but names no episode", rt.method, rt.path)
+		}
+		if rt.path == "/v1/cluster/bind" && rt.access != accessCluster {
+			t.Errorf("the bind route's access is %s", rt.access)
+		}
+	}
+	if n < 15 {
+		t.Errorf("%d episode rows; the table has more", n)
 	}
 }
