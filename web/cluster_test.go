@@ -345,9 +345,22 @@ func TestClusterProxyStreamsFrames(t *testing.T) {
 		t.Fatalf("first message through B: kind %d, %d bytes, %v; want a binary frame", kind, len(frame), err)
 	}
 	// A page of another origin cannot open it through B.
-	hdr.Set("Origin", "https://evil.example")
-	if _, resp, err := websocket.DefaultDialer.Dial(url, hdr); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+	bad := hdr.Clone()
+	bad.Set("Origin", "https://evil.example")
+	if _, resp, err := websocket.DefaultDialer.Dial(url, bad); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("cross-site stream through B: %v %v; want 403", err, resp)
+	}
+	// The episode's end ends its stream (and does not wait for it).
+	if resp, body := call(t, "DELETE", b.srv.URL+"/v1/episodes/"+ep.ID, "", bearer(clusterCtl)...); resp.StatusCode != http.StatusOK {
+		t.Fatalf("end the episode: %d %s", resp.StatusCode, body)
+	}
+	for {
+		if _, _, err = c.ReadMessage(); err != nil {
+			break
+		}
+	}
+	if !websocket.IsCloseError(err, websocket.CloseGoingAway) || !strings.Contains(err.Error(), "episode ended") {
+		t.Errorf("stream after the episode's end: %v; want a close saying the episode ended", err)
 	}
 }
 
