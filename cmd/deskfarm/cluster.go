@@ -75,11 +75,8 @@ var clusterOnly = []string{"node", "advertise", "namespace", "node-lease", "clus
 // the cluster's DesktopPools.
 var singleHostOnly = []string{"pools", "pool", "warm"}
 
-// dnsLabel and dnsSubdomain are Kubernetes' name rules (RFC 1123).
-var (
-	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-)
+// dnsLabel is Kubernetes' name rule for labels (RFC 1123).
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // resolveCluster turns the parsed flags into a clusterConfig, nil when
 // serve runs on a single host. getenv and hostname are os's, but for tests.
@@ -115,9 +112,11 @@ func resolveCluster(cmd *cobra.Command, f clusterFlags, getenv func(string) stri
 		}
 		c.Node = strings.ToLower(h)
 	}
-	if len(c.Node) > 63 || !dnsSubdomain.MatchString(c.Node) {
-		return nil, fmt.Errorf("--node %q: want a Kubernetes node name: lower-case letters, digits, '-' and '.', "+
-			"starting and ending with a letter or digit, at most 63 characters", c.Node)
+	// A label, not a subdomain: Desktop objects are named NODE.VM.
+	if len(c.Node) > 63 || !dnsLabel.MatchString(c.Node) {
+		return nil, fmt.Errorf("--node %q: want a DNS label: lower-case letters, digits and '-', "+
+			"starting and ending with a letter or digit, at most 63 characters (a node name with dots: "+
+			"give its first label)", c.Node)
 	}
 	if len(c.Namespace) > 63 || !dnsLabel.MatchString(c.Namespace) {
 		return nil, fmt.Errorf("--namespace %q: want a namespace name: lower-case letters, digits and '-', "+

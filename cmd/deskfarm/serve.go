@@ -244,13 +244,14 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
 	}
 	// A cluster node's agent runs until the server has shut down.
-	agentCtx, stopAgent := context.WithCancel(context.Background())
-	defer stopAgent()
+	agentCtx, cancelAgent := context.WithCancel(context.Background())
+	defer cancelAgent()
+	stopAgent := func() {}
 	if cfg.Cluster != nil {
 		if opts.Pools == nil {
 			err = errors.New("cluster mode: this build's farm has no pools")
 		} else {
-			opts.Cluster, err = startAgent(agentCtx, cfg.Cluster, opts.Pools, log) // clusteragent.go
+			opts.Cluster, stopAgent, err = startAgent(agentCtx, cfg.Cluster, opts.Pools, log) // clusteragent.go
 		}
 		if err != nil {
 			ln.Close()
