@@ -245,7 +245,10 @@ func (s *server) ownerRecord(r *http.Request, pl cluster.Placement) (api.Episode
 }
 
 // clusterBind serves POST /v1/cluster/bind (access cluster): the claimer
-// of one of this node's desktops asks it to lease the VM.
+// of one of this node's desktops asks it to lease the VM. The answer is
+// the pool.Episode itself, which the claiming agent returns from its
+// Front.Claim (cluster's bindRemote decodes it): a wire between agents of
+// one build, not the API's; clients get api.Episode from POST /v1/episodes.
 func (s *server) clusterBind(w http.ResponseWriter, r *http.Request) error {
 	var req cluster.BindRequest
 	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
@@ -256,6 +259,6 @@ func (s *server) clusterBind(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	noteVM(r, ep.VM)
-	writeJSON(w, http.StatusOK, s.episodeResponse(r, ep))
+	writeJSON(w, http.StatusOK, ep)
 	return nil
 }
