@@ -22,13 +22,11 @@ const (
 )
 
 // startAgent joins the cluster as node c.Node with pools as its farm
-// (*pool.Manager is a cluster.Local) and runs the agent in the background
-// until ctx ends or stop is called; stop waits for its loops. Claims fail
-// with cluster_unavailable until its caches have synced.
-func startAgent(ctx context.Context, c *clusterConfig, pools *pool.Manager, log *slog.Logger) (front cluster.Front, stop func(), err error) {
+// (*pool.Manager is a cluster.Local). The agent runs until ctx ends.
+func startAgent(ctx context.Context, c *clusterConfig, pools *pool.Manager, log *slog.Logger) (cluster.Front, error) {
 	rc, err := cluster.RESTConfig(c.Kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	hc := &http.Client{Timeout: agentCallTimeout, Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: agentDialTimeout, KeepAlive: 15 * time.Second}).DialContext,
@@ -47,14 +45,12 @@ func startAgent(ctx context.Context, c *clusterConfig, pools *pool.Manager, log 
 		HTTPClient:    hc,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	done := make(chan struct{})
 	go func() {
-		defer close(done)
-		if err := a.Run(); err != nil {
-			log.Error("cluster agent", "op", "cluster", "node", c.Node, "err", err)
+		if err := a.Run(); err != nil && ctx.Err() == nil {
+			log.Error("cluster agent stopped", "op", "cluster", "node", c.Node, "err", err)
 		}
 	}()
-	return a, func() { a.Close(); <-done }, nil
+	return a, nil
 }

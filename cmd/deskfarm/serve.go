@@ -244,14 +244,13 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
 	}
 	// A cluster node's agent runs until the server has shut down.
-	agentCtx, cancelAgent := context.WithCancel(context.Background())
-	defer cancelAgent()
-	stopAgent := func() {}
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
 	if cfg.Cluster != nil {
 		if opts.Pools == nil {
 			err = errors.New("cluster mode: this build's farm has no pools")
 		} else {
-			opts.Cluster, stopAgent, err = startAgent(agentCtx, cfg.Cluster, opts.Pools, log) // clusteragent.go
+			opts.Cluster, err = startAgent(agentCtx, cfg.Cluster, opts.Pools, log) // clusteragent.go
 		}
 		if err != nil {
 			ln.Close()
