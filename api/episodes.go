@@ -55,6 +55,12 @@ type Episode struct {
 	// osworld): "host:server_port:chromium_port:vnc_port:vlc_port", what
 	// an OSWorld provider's get_ip_address returns (package osworld).
 	OSWorldAddress string `json:"osworld_address,omitempty"`
+	// Node and URL are set by an agent of a cluster (serve --kubeconfig):
+	// the node whose agent runs the episode's VM and that agent's base URL
+	// (its --advertise). Any agent serves the episode's routes, proxying
+	// them to the owner; a client may also call URL directly.
+	Node string `json:"node,omitempty"`
+	URL  string `json:"url,omitempty"`
 }
 
 // EpisodeList is the body of GET /v1/episodes.

@@ -36,6 +36,14 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (%s, HTTP %d)", msg, e.Code, e.Status)
 }
 
+// Is makes errors.Is match an *Error by its code: target an *Error with
+// the same Code, and the same Status unless target's is 0 (the sentinels
+// of package client are such).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && (t.Status == 0 || t.Status == e.Status)
+}
+
 // IsCode reports whether err is, or wraps, an *Error with the given code.
 func IsCode(err error, code string) bool {
 	e, ok := errors.AsType[*Error](err)
@@ -71,6 +79,12 @@ const (
 	CodeNotLeased       = "not_leased"        // a change to a pool VM that no episode leases
 	CodeHostFull        = "host_full"         // host memory less the reserve is taken
 	CodeNoPools         = "no_pools"          // the server has no pools
+	CodeNotWarm         = "not_warm"          // a bind named a pool VM that is not warm, clean and unleased now
+
+	// A cluster of agents (issue 15).
+	CodeNodeLost           = "node_lost"           // the episode's node stopped renewing its Lease: the episode is gone
+	CodeClusterUnavailable = "cluster_unavailable" // the apiserver did not answer a cluster-wide claim
+	CodeNodeUnreachable    = "node_unreachable"    // the episode's owner agent did not answer a proxied call; the message names the node
 
 	// Actions and the display.
 	CodeUnsupportedAction = "unsupported_action" // an action kind the tool version lacks
@@ -126,6 +140,11 @@ var statuses = map[string]int{
 	CodeNotLeased:       http.StatusConflict,
 	CodeHostFull:        http.StatusInsufficientStorage,
 	CodeNoPools:         http.StatusNotImplemented,
+	CodeNotWarm:         http.StatusConflict,
+
+	CodeNodeLost:           http.StatusGone,
+	CodeClusterUnavailable: http.StatusServiceUnavailable,
+	CodeNodeUnreachable:    http.StatusBadGateway,
 
 	CodeUnsupportedAction: http.StatusBadRequest,
 	CodeUnknownKey:        http.StatusBadRequest,

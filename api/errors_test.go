@@ -33,7 +33,8 @@ func TestIsCode(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	for code, want := range map[string]int{CodeNotFound: 404, CodeInvalidRequest: 400, CodePoolFull: 429,
-		CodeHostFull: 507, CodeHumanControl: 409, CodeCanceled: 499, "no_such_code": 500} {
+		CodeHostFull: 507, CodeHumanControl: 409, CodeNodeLost: 410, CodeClusterUnavailable: 503, CodeNodeUnreachable: 502,
+		CodeNotWarm: 409, CodeCanceled: 499, "no_such_code": 500} {
 		if got := Status(code); got != want {
 			t.Errorf("Status(%q) = %d, want %d", code, got, want)
 		}

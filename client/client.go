@@ -27,6 +27,20 @@ import (
 	"github.com/deskfarm/deskfarm/api"
 )
 
+// Errors of a cluster's agents (serve --kubeconfig), for errors.Is: every
+// error answer is an *api.Error, and these match one of their code.
+var (
+	// ErrNodeLost: the episode's node stopped renewing its Lease; the
+	// episode is gone with it (410 node_lost). Start another.
+	ErrNodeLost error = &api.Error{ErrorBody: api.ErrorBody{Code: api.CodeNodeLost}}
+	// ErrClusterUnavailable: the apiserver did not answer a claim (503
+	// cluster_unavailable); running episodes go on. Retry later.
+	ErrClusterUnavailable error = &api.Error{ErrorBody: api.ErrorBody{Code: api.CodeClusterUnavailable}}
+	// ErrNodeUnreachable: the agent asked could not reach the episode's
+	// owner (502 node_unreachable); the message names the node.
+	ErrNodeUnreachable error = &api.Error{ErrorBody: api.ErrorBody{Code: api.CodeNodeUnreachable}}
+)
+
 // DefaultServer is the API a client talks to when it is given none.
 const DefaultServer = "http://127.0.0.1:8080"
 
@@ -280,8 +294,14 @@ func (c *Client) DestroyVM(ctx context.Context, id string) error {
 
 // ResetVM returns a VM to its ready snapshot.
 func (c *Client) ResetVM(ctx context.Context, id string) (api.ResetResponse, error) {
+	return c.Reset(ctx, VM(id))
+}
+
+// Reset returns the target's VM to its ready snapshot in place; an
+// episode goes on. Through an episode it works on any agent of a cluster.
+func (c *Client) Reset(ctx context.Context, t Target) (api.ResetResponse, error) {
 	var res api.ResetResponse
-	err := c.call(ctx, http.MethodPost, VM(id).path("reset"), nil, &res)
+	err := c.call(ctx, http.MethodPost, t.path("reset"), nil, &res)
 	return res, err
 }
 
@@ -377,7 +397,8 @@ func (c *Client) StartEpisode(ctx context.Context, req api.StartEpisodeRequest) 
 	return ep, err
 }
 
-// ListEpisodes lists the live episodes.
+// ListEpisodes lists the live episodes: on a cluster's agent, those of
+// its own node.
 func (c *Client) ListEpisodes(ctx context.Context) ([]api.Episode, error) {
 	var list api.EpisodeList
 	err := c.call(ctx, http.MethodGet, "/v1/episodes", nil, &list)

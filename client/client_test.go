@@ -3,7 +3,9 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -357,5 +359,36 @@ func TestTokenFile(t *testing.T) {
 	}
 	if _, err := c.ListVMs(ctx); err != nil {
 		t.Errorf("FromEnv with the token file: %v", err)
+	}
+}
+
+// A cluster's failure codes are errors.Is-able sentinels, each matching
+// its own code only; episode routes go through the agent asked.
+func TestClusterErrors(t *testing.T) {
+	codes := map[string]string{"/v1/episodes/ep-lost/reset": api.CodeNodeLost, "/v1/episodes": api.CodeClusterUnavailable,
+		"/v1/episodes/ep-far/screenshot": api.CodeNodeUnreachable}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := codes[r.URL.Path]
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(api.Status(code))
+		json.NewEncoder(w).Encode(api.ErrorResponse{Error: api.ErrorBody{Code: code, Message: "node n2: " + code}})
+	}))
+	defer srv.Close()
+	c, _ := client.New(srv.URL)
+	ctx := context.Background()
+	_, lost := c.Reset(ctx, client.Episode("ep-lost"))
+	_, unavailable := c.StartEpisode(ctx, api.StartEpisodeRequest{Pool: "tiny"})
+	_, unreachable := c.Screenshot(ctx, client.Episode("ep-far"), api.ScreenshotOptions{}, io.Discard)
+	for _, tt := range []struct {
+		err, want error
+	}{{lost, client.ErrNodeLost}, {unavailable, client.ErrClusterUnavailable}, {unreachable, client.ErrNodeUnreachable}} {
+		for _, other := range []error{client.ErrNodeLost, client.ErrClusterUnavailable, client.ErrNodeUnreachable} {
+			if got := errors.Is(tt.err, other); got != (other == tt.want) {
+				t.Errorf("errors.Is(%v, %v) = %v", tt.err, other, got)
+			}
+		}
+	}
+	if e := apiErr(t, lost); e.Status != http.StatusGone || !strings.Contains(e.Message, "node n2") {
+		t.Errorf("node_lost: %+v", e)
 	}
 }

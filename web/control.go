@@ -39,9 +39,9 @@ func (s *server) takeControl(w http.ResponseWriter, r *http.Request, t target) e
 	return nil
 }
 
-func (s *server) controlStatus(w http.ResponseWriter, r *http.Request) error {
+func (s *server) controlStatus(w http.ResponseWriter, r *http.Request, t target) error {
 	st := ControlStatus{}
-	if d := s.peek(vmID(r)); d != nil {
+	if d := s.peek(t.vm); d != nil {
 		if since, ok := d.Human(); ok {
 			st.Human, st.Since = true, &since
 		}
@@ -50,8 +50,8 @@ func (s *server) controlStatus(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) releaseControl(w http.ResponseWriter, r *http.Request) error {
-	if d := s.peek(vmID(r)); d != nil {
+func (s *server) releaseControl(w http.ResponseWriter, r *http.Request, t target) error {
+	if d := s.peek(t.vm); d != nil {
 		d.ReleaseControl()
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -69,7 +69,9 @@ func TestWireCreateOptions(t *testing.T) {
 func TestWireEpisode(t *testing.T) {
 	var ep pool.Episode
 	fill.All(&ep)
-	for _, p := range fill.Converted(ep, apiEpisode(ep, "http://h/vms/a1", "127.0.0.1:5000:9222:5901:8080"), fill.Skip{}) {
+	for _, p := range fill.Converted(ep, apiEpisode(ep, "http://h/vms/a1", "127.0.0.1:5000:9222:5901:8080"),
+		// A cluster agent's front door sets where the episode lives.
+		fill.Skip{Unset: []string{"Node", "URL"}}) {
 		t.Error(p)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/deskfarm/deskfarm/api"
@@ -73,15 +74,39 @@ func (s *server) noPools() error {
 }
 
 func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
+	scheme, host := callerBase(r)
 	var osworld string
 	if s.osworld != nil && ep.State != pool.EpisodeEnded {
 		osworld, _ = s.osworld(ep.VM)
 	}
-	return apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, r.Host, ep.VM), osworld)
+	out := apiEpisode(ep, fmt.Sprintf("%s://%s/vms/%s", scheme, host, ep.VM), osworld)
+	if s.cluster != nil {
+		// The episode's page, which any agent serves: the agent the
+		// caller asked, even through a proxy.
+		out.ViewerURL = fmt.Sprintf("%s://%s/episodes/%s", scheme, host, url.PathEscape(ep.ID))
+		out.Node, out.URL = s.cluster.Node(), s.advertise
+	}
+	return out
+}
+
+// callerBase is the scheme and host the caller reached the farm at: the
+// request's, or for a request another agent proxied (cluster token
+// checked), the one that agent says it was asked at (X-Forwarded-*).
+func callerBase(r *http.Request) (scheme, host string) {
+	scheme, host = "http", r.Host
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if !isProxied(r) {
+		return scheme, host
+	}
+	if h := r.Header.Get("X-Forwarded-Host"); h != "" {
+		host = h
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
+		scheme = p
+	}
+	return scheme, host
 }
 
 func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
@@ -104,7 +129,11 @@ func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 	if body.TTLS < 0 {
 		return invalidf("ttl_s", "must be positive, got %g", body.TTLS)
 	}
-	ep, err := s.pools.Start(r.Context(), body.Pool, time.Duration(body.TTLS*float64(time.Second)))
+	ttl := time.Duration(body.TTLS * float64(time.Second))
+	if s.cluster != nil {
+		return s.startClusterEpisode(w, r, body.Pool, ttl) // cluster.go
+	}
+	ep, err := s.pools.Start(r.Context(), body.Pool, ttl)
 	if err != nil {
 		return err
 	}
@@ -114,6 +143,8 @@ func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listEpisodes serves GET /v1/episodes: this host's episodes. A cluster
+// agent lists its own node's only; kubectl get desktops shows them all.
 func (s *server) listEpisodes(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/cluster"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
@@ -51,6 +52,14 @@ type sentinel struct {
 // the more specific comes first (pool and action errors wrap vmm ones, and
 // actions' specific errors come before its generic ErrInvalid).
 var sentinels = []sentinel{
+	// A cluster's (issue 15): cluster.ErrNoDesktop is a full pool seen
+	// cluster-wide, ErrNotFound an episode no Desktop holds.
+	{cluster.ErrNodeLost, api.CodeNodeLost},
+	{cluster.ErrUnavailable, api.CodeClusterUnavailable},
+	{cluster.ErrNoDesktop, api.CodePoolFull},
+	{cluster.ErrNotFound, api.CodeEpisodeNotFound},
+	{pool.ErrNotWarm, api.CodeNotWarm},
+
 	{pool.ErrUnknownPool, api.CodeUnknownPool},
 	{pool.ErrEpisodeNotFound, api.CodeEpisodeNotFound},
 	{pool.ErrEpisodeEnded, api.CodeEpisodeEnded},

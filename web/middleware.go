@@ -19,6 +19,7 @@ import (
 type reqInfo struct {
 	op   string
 	vm   string
+	node string // the owner's, for a call proxied to another agent (cluster.go)
 	auth string // the role authenticate found: "control", "viewer" or ""
 	code string
 	err  error
@@ -64,6 +65,9 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		}
 		if info.vm != "" {
 			attrs = append(attrs, slog.String("vm", info.vm))
+		}
+		if info.node != "" {
+			attrs = append(attrs, slog.String("node", info.node))
 		}
 		if info.auth != "" {
 			attrs = append(attrs, slog.String("auth", info.auth))
@@ -125,7 +129,7 @@ func (s *server) authenticate(r *http.Request, need accessLevel) (access, error)
 		return access{}, err
 	}
 	if source == "" {
-		if s.trustedAddr(r.RemoteAddr) {
+		if s.trustedCaller(r) {
 			return access{role: roleControl}, nil
 		}
 		if s.token == "" {
@@ -148,7 +152,7 @@ func (s *server) authenticate(r *http.Request, need accessLevel) (access, error)
 		// A cookie from before the tokens changed, or one that a page on
 		// another port of this host set (cookies ignore ports): it goes,
 		// and the request is judged as if it had none.
-		if s.trustedAddr(r.RemoteAddr) {
+		if s.trustedCaller(r) {
 			return access{role: roleControl, staleCookie: true}, nil
 		}
 		return access{staleCookie: true}, unauthorized("the token in cookie " + source +
@@ -210,6 +214,13 @@ func sourceName(source string) string {
 		return "Authorization header"
 	}
 	return "?token= parameter"
+}
+
+// trustedCaller reports whether r comes from a trusted network. A request
+// another agent proxied (cluster.go) never does: its caller is not at that
+// agent's address, and its own token decides.
+func (s *server) trustedCaller(r *http.Request) bool {
+	return !isProxied(r) && s.trustedAddr(r.RemoteAddr)
 }
 
 // trustedAddr reports whether a RemoteAddr is in a trusted network.

@@ -16,6 +16,7 @@ package web
 // keys and buttons the person held.
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -27,12 +28,13 @@ import (
 	"github.com/deskfarm/deskfarm/vnc"
 )
 
-// vncProxy serves GET /v1/vms/{id}/vnc[?control_token=T].
-func (s *server) vncProxy(w http.ResponseWriter, r *http.Request) error {
+// vncProxy serves GET /v1/vms/{id}/vnc[?control_token=T] and the
+// episode's /v1/episodes/{id}/vnc, which ends with the episode.
+func (s *server) vncProxy(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
 	}
-	id := vmID(r)
+	id := t.vm
 	d, err := s.desks.Get(r.Context(), id)
 	if err != nil {
 		return err
@@ -48,12 +50,12 @@ func (s *server) vncProxy(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return nil // Upgrade answered the client
 	}
-	s.serveRFB(r, id, d.Frames(), tk, conn)
+	s.serveRFB(t.ctx, id, d.Frames(), tk, conn)
 	return nil
 }
 
 // serveRFB runs vnc.Server on conn until either side goes away.
-func (s *server) serveRFB(r *http.Request, id string, frames desk.FrameSource, tk *desk.Takeover, conn *websocket.Conn) {
+func (s *server) serveRFB(ctx context.Context, id string, frames desk.FrameSource, tk *desk.Takeover, conn *websocket.Conn) {
 	srv := &vnc.Server{
 		Source:       frames,
 		Input:        takeoverInput{tk},
@@ -68,7 +70,7 @@ func (s *server) serveRFB(r *http.Request, id string, frames desk.FrameSource, t
 	}
 	start := time.Now()
 	s.log.Info("vnc viewer connected", "vm", id, "op", "vnc_proxy", "mode", mode, "remote", conn.RemoteAddr().String())
-	st, err := srv.Serve(r.Context(), &wsStream{conn: conn})
+	st, err := srv.Serve(ctx, &wsStream{conn: conn})
 	s.log.Info("vnc viewer disconnected", "vm", id, "op", "vnc_proxy", "mode", mode,
 		"duration", time.Since(start).Round(time.Millisecond), "updates", st.Updates,
 		"forwarded", st.Forwarded, "dropped", st.Dropped, "released", st.Released, "err", err)

@@ -33,6 +33,10 @@ const (
 	// accessControl needs the control token (or a trusted network): it
 	// acts on a VM, reads what is inside one, or changes the farm.
 	accessControl
+	// accessCluster needs the cluster token (X-Deskfarm-Cluster-Token),
+	// whatever else the request carries: it is for other agents of the
+	// cluster (cluster.go), never for clients.
+	accessCluster
 )
 
 func (a accessLevel) String() string {
@@ -43,6 +47,8 @@ func (a accessLevel) String() string {
 		return "watch"
 	case accessControl:
 		return "control"
+	case accessCluster:
+		return "cluster"
 	}
 	return "undeclared"
 }
@@ -118,6 +124,11 @@ type route struct {
 	// timed, when set, observes the route's latency, labelled with "vm"
 	// or "episode".
 	timed *prometheus.HistogramVec
+	// owned marks a row that acts on the episode {id}: on a cluster
+	// agent, an episode that its pool does not hold is served by the
+	// episode's owner, proxied (cluster.go). Every episode variant of a
+	// vmAndEpisode row is owned.
+	owned bool
 }
 
 // routes is the table.
@@ -128,13 +139,13 @@ func (s *server) routes() []route {
 	// A VM route that changes the guest.
 	acts := func(p policy) policy { p.mutates = true; return p }
 	mcpr := s.mcp
-	return []route{
+	rows := []route{
 		{method: "GET", path: "/healthz", op: "health", policy: policy{access: accessPublic, body: bodyNone}, h: s.health},
 		{method: "POST", path: "/v1/vms", op: "create", policy: controlJSON, h: s.create},
 		{method: "GET", path: "/v1/vms", op: "list", policy: watch, h: s.list},
 		{method: "GET", path: "/v1/vms/{id}", op: "get", policy: watch, h: s.get},
 		{method: "DELETE", path: "/v1/vms/{id}", op: "destroy", policy: control, h: s.destroy},
-		{method: "POST", path: "/v1/vms/{id}/reset", op: "reset", policy: control, h: s.reset},
+		{method: "POST", path: "/reset", op: "reset", policy: control, vm: s.reset, scope: vmAndEpisode},
 		// The VM routes that an episode also has.
 		{method: "POST", path: "/exec", op: "exec", policy: acts(controlJSON), vm: s.exec, scope: vmAndEpisode},
 		// A guest's files are more than its screen: keys, logs, answers.
@@ -152,8 +163,8 @@ func (s *server) routes() []route {
 		// Episodes lease pool VMs (episodes.go).
 		{method: "POST", path: "/v1/episodes", op: "episode_start", policy: controlJSON, h: s.startEpisode},
 		{method: "GET", path: "/v1/episodes", op: "episode_list", policy: watch, h: s.listEpisodes},
-		{method: "GET", path: "/v1/episodes/{id}", op: "episode_get", policy: watch, h: s.getEpisode},
-		{method: "DELETE", path: "/v1/episodes/{id}", op: "episode_end", policy: control, h: s.endEpisode},
+		{method: "GET", path: "/v1/episodes/{id}", op: "episode_get", policy: watch, h: s.getEpisode, owned: true},
+		{method: "DELETE", path: "/v1/episodes/{id}", op: "episode_end", policy: control, h: s.endEpisode, owned: true},
 		{method: "GET", path: "/v1/pools", op: "pools", policy: watch, h: s.listPools},
 		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the
 		// session. Every MCP session acts (mcp.go), its event stream too.
@@ -167,18 +178,27 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/v1/live", op: "live", policy: watch, h: s.capped(s.farmLive)},
 		{method: "GET", path: "/wall", op: "wall", policy: watch, h: s.wall},
 		{method: "GET", path: "/vms/{id}", op: "live_view", policy: watch, h: s.liveView},
+		{method: "GET", path: "/episodes/{id}", op: "episode_view", policy: watch, h: s.episodeView, owned: true},
 		{method: "GET", path: "/assets/{path...}", op: "assets", policy: watch, h: s.assets},
 		{method: "GET", path: "/novnc/{path...}", op: "novnc", policy: watch, h: s.noVNC},
 		// Long-lived viewer connections hold a slot of the caps while open.
-		{method: "GET", path: "/v1/vms/{id}/stream", op: "stream", policy: watch, h: s.capped(s.stream)},
-		{method: "GET", path: "/v1/vms/{id}/activity", op: "activity", policy: watch, h: s.capped(s.activityStream)},
+		{method: "GET", path: "/stream", op: "stream", policy: watch, vm: s.cappedVM(s.stream), scope: vmAndEpisode},
+		// An episode's end ends its viewer connections.
+		{method: "GET", path: "/activity", op: "activity", policy: watch, vm: s.cappedVM(s.activityStream), scope: vmAndEpisode},
 		// Without a control_token the takeover connection only watches.
-		{method: "GET", path: "/v1/vms/{id}/vnc", op: "vnc_proxy", h: s.capped(s.vncProxy),
+		{method: "GET", path: "/vnc", op: "vnc_proxy", vm: s.cappedVM(s.vncProxy), scope: vmAndEpisode,
 			policy: policy{access: accessWatch, body: bodyNone, controlWhen: hasControlToken}},
-		{method: "POST", path: "/control", op: "take_control", policy: acts(control), vm: s.takeControl},
-		{method: "GET", path: "/v1/vms/{id}/control", op: "control_status", policy: watch, h: s.controlStatus},
-		{method: "DELETE", path: "/v1/vms/{id}/control", op: "release_control", policy: control, h: s.releaseControl},
+		{method: "POST", path: "/control", op: "take_control", policy: acts(control), vm: s.takeControl, scope: vmAndEpisode},
+		{method: "GET", path: "/control", op: "control_status", policy: watch, vm: s.controlStatus, scope: vmAndEpisode},
+		{method: "DELETE", path: "/control", op: "release_control", policy: control, vm: s.releaseControl, scope: vmAndEpisode},
 	}
+	if s.cluster != nil {
+		// Another agent's claim of a desktop of this node (cluster.go);
+		// a single host has no such route (404).
+		rows = append(rows, route{method: "POST", path: "/v1/cluster/bind", op: "cluster_bind",
+			policy: policy{access: accessCluster, body: bodyJSON}, h: s.clusterBind})
+	}
+	return rows
 }
 
 // hasControlToken reports whether a takeover request presents a control
@@ -213,6 +233,7 @@ func (s *server) expand(rows []route) []route {
 			if rt.timed != nil {
 				r.h = s.timed(rt.timed, v.via, r.h)
 			}
+			r.owned = v.via == "episode"
 			out = append(out, r)
 		}
 	}
@@ -231,7 +252,9 @@ func (rt route) check() error {
 	what := rt.method + " " + rt.path
 	switch {
 	case rt.access == accessUndeclared:
-		return fmt.Errorf("route %s: no access declared (public, watch or control)", what)
+		return fmt.Errorf("route %s: no access declared (public, watch, control or cluster)", what)
+	case rt.owned && !strings.Contains(rt.path, "{id}"):
+		return fmt.Errorf("route %s: owned applies to a row of an episode {id}", what)
 	case rt.body == bodyUndeclared:
 		return fmt.Errorf("route %s: no body kind declared (none, json or octet)", what)
 	case (rt.h == nil) == (rt.vm == nil):
@@ -262,7 +285,11 @@ func (s *server) handler(rows []route) http.Handler {
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}
 	for _, rt := range s.expand(rows) {
-		mux.Handle(rt.method+" "+rt.path, &routeHandler{policy: rt.policy, op: rt.op, Handler: s.wrap(rt.op, rt.h)})
+		h := rt.h
+		if rt.owned && s.cluster != nil {
+			h = s.owned(h) // cluster.go
+		}
+		mux.Handle(rt.method+" "+rt.path, &routeHandler{policy: rt.policy, op: rt.op, Handler: s.wrap(rt.op, h)})
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
 	}
 	// A method-less pattern is less specific than the method ones, so it

@@ -69,7 +69,13 @@ func setSecurityHeaders(h http.Header) {
 func (s *server) guard(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setSecurityHeaders(w.Header())
-		if err := s.checkHost(r); err != nil {
+		// A request another agent proxied (cluster.go) passed that
+		// agent's Host and cross-site checks; only the cluster token
+		// says it did.
+		proxied := s.hasClusterToken(r)
+		if proxied {
+			r = r.WithContext(context.WithValue(r.Context(), proxiedKey{}, true))
+		} else if err := s.checkHost(r); err != nil {
 			writeError(w, r, err)
 			return
 		}
@@ -83,11 +89,15 @@ func (s *server) guard(mux *http.ServeMux) http.Handler {
 		if rt != nil {
 			p = rt.policy
 		}
-		if err := s.checkCrossSite(r, p.body); err != nil {
+		if err := s.checkCrossSite(r, p.body, proxied); err != nil {
 			writeError(w, r, err)
 			return
 		}
 		need := p.needs(r)
+		if need == accessCluster {
+			s.serveCluster(w, r, mux, proxied)
+			return
+		}
 		a, err := s.authenticate(r, need)
 		if info := infoFrom(r); info != nil {
 			info.auth = a.role.String()
@@ -124,8 +134,25 @@ func (s *server) guard(mux *http.ServeMux) http.Handler {
 			q.Del(tokenParam)
 			r.URL.RawQuery = q.Encode()
 		}
-		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), originCheckedKey{}, true)))
+		ctx := context.WithValue(r.Context(), originCheckedKey{}, true)
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(ctx, callerKey{}, a)))
 	})
+}
+
+// serveCluster serves a row of access cluster: only another agent, with
+// the cluster token, may call it; no client token does, nor a trusted
+// network.
+func (s *server) serveCluster(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, proxied bool) {
+	if !proxied {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="deskfarm"`)
+		writeError(w, r, unauthorized(fmt.Sprintf("%s %s is for the cluster's agents: it needs the cluster token "+
+			"in the %s header (serve --cluster-token-file); client tokens do not open it", r.Method, r.URL.Path, ClusterTokenHeader)))
+		return
+	}
+	if info := infoFrom(r); info != nil {
+		info.auth = "cluster"
+	}
+	mux.ServeHTTP(w, r)
 }
 
 // checkHost refuses a request whose Host is not a name of this farm: the
@@ -174,7 +201,10 @@ func (s *server) allowedName(r *http.Request, name, port string) bool {
 // browser sends for a page of another origin, and a body of a type its
 // route does not take. Clients that are not browsers send neither Origin
 // nor Sec-Fetch-Site and pass.
-func (s *server) checkCrossSite(r *http.Request, body bodyKind) error {
+//
+// A proxied request (cluster.go) had its Origin checked by the agent that
+// proxied it; its body is still held to its row's type.
+func (s *server) checkCrossSite(r *http.Request, body bodyKind, proxied bool) error {
 	ws := websocket.IsWebSocketUpgrade(r)
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions {
 		if !ws {
@@ -182,7 +212,9 @@ func (s *server) checkCrossSite(r *http.Request, body bodyKind) error {
 		}
 	}
 	what := r.Method + " " + r.URL.Path
-	if origin := r.Header.Get("Origin"); origin != "" && !s.allowedOrigin(r, origin) {
+	if proxied {
+		// Checked by the proxying agent.
+	} else if origin := r.Header.Get("Origin"); origin != "" && !s.allowedOrigin(r, origin) {
 		msg := fmt.Sprintf("refused a cross-site request: %s from a page of %s (its Origin); "+
 			"only this farm's own pages may act on it from a browser", what, origin)
 		if u, err := url.Parse(origin); err == nil && u.Hostname() != "" {
@@ -192,7 +224,7 @@ func (s *server) checkCrossSite(r *http.Request, body bodyKind) error {
 		return &httpError{status: http.StatusForbidden, code: api.CodeCrossSite, msg: msg}
 	}
 	// Sec-Fetch-Site is set by the browser and cannot be forged by a page.
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+	if !proxied && r.Header.Get("Sec-Fetch-Site") == "cross-site" {
 		return &httpError{status: http.StatusForbidden, code: api.CodeCrossSite,
 			msg: fmt.Sprintf("refused a cross-site request: %s from a page of another site (Sec-Fetch-Site: cross-site); "+
 				"only this farm's own pages may act on it from a browser", what)}

@@ -68,11 +68,19 @@ func (f *secFarm) port() string {
 // Host header. It returns the status and body.
 func (f *secFarm) send(t *testing.T, method, path, body string, header ...string) (*http.Response, string) {
 	t.Helper()
+	resp, b := rawCall(t, method, f.srv.URL+path, body, header...)
+	return resp, string(b)
+}
+
+// rawCall sends a request as given; header is name, value pairs, and
+// "Host" sets the Host header. It returns the answer and its body.
+func rawCall(t *testing.T, method, url, body string, header ...string) (*http.Response, []byte) {
+	t.Helper()
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, f.srv.URL+path, r)
+	req, err := http.NewRequest(method, url, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +97,7 @@ func (f *secFarm) send(t *testing.T, method, path, body string, header ...string
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return resp, b
 }
 
 // refused checks an error answer: its status, code, and words the message

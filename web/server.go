@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/cluster"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
@@ -79,6 +80,18 @@ type Options struct {
 	// Metrics is served at /metrics, with the API's latency histograms
 	// added; nil means a registry of the API's metrics only.
 	Metrics *prometheus.Registry
+	// Cluster makes the server a cluster agent's front door (cluster.go):
+	// POST /v1/episodes claims through it, an episode route of an episode
+	// not in Pools is proxied to its owner, and POST /v1/cluster/bind
+	// serves other agents' claims. Nil is a single host, as before. It
+	// needs Pools.
+	Cluster cluster.Front
+	// ClusterToken authenticates agents to each other (header
+	// X-Deskfarm-Cluster-Token); with Cluster, it must be set.
+	ClusterToken string
+	// AdvertiseURL is this agent's base URL as the other agents reach it
+	// (serve --advertise), shown in its episodes' records (api.Episode.URL).
+	AdvertiseURL string
 }
 
 type server struct {
@@ -103,6 +116,12 @@ type server struct {
 	mcp *mcpRoute
 	// live feeds the dashboard (live.go).
 	live *liveHub
+	// The cluster agent's front door (cluster.go); cluster nil on a
+	// single host.
+	cluster        cluster.Front
+	clusterToken   string
+	advertise      string
+	proxyTransport *http.Transport
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -119,7 +138,11 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 // newServer is NewServer short of the handler, for tests of the table.
 func newServer(farm vmm.Farm, opts Options) *server {
 	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
-		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts)}
+		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts),
+		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL}
+	if s.cluster != nil {
+		s.proxyTransport = newProxyTransport()
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -199,10 +222,14 @@ func (s *server) destroy(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) reset(w http.ResponseWriter, r *http.Request) error {
-	id := vmID(r)
+// reset serves POST /v1/vms/{id}/reset and the episode's
+// /v1/episodes/{id}/reset: the VM back to its ready snapshot in place (the
+// episode goes on; OSWorld's revert). Through an episode, any agent of a
+// cluster reaches it.
+func (s *server) reset(w http.ResponseWriter, r *http.Request, t target) error {
+	id := t.vm
 	start := time.Now()
-	res, err := s.farm.Reset(r.Context(), id)
+	res, err := s.farm.Reset(t.ctx, id)
 	if err != nil {
 		return err
 	}

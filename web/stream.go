@@ -8,6 +8,7 @@ package web
 // state, so a slow viewer skips states and never holds up others.
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -114,12 +115,27 @@ func (s *server) capped(h apiHandler) apiHandler {
 	}
 }
 
-// stream serves GET /v1/vms/{id}/stream?fps=N: the frame websocket.
-func (s *server) stream(w http.ResponseWriter, r *http.Request) error {
+// cappedVM is capped for a VM row, whose target names the VM.
+func (s *server) cappedVM(h targetHandler) targetHandler {
+	return func(w http.ResponseWriter, r *http.Request, t target) error {
+		release, err := s.viewers.acquire(t.vm)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return h(w, r, t)
+	}
+}
+
+// stream serves GET /v1/vms/{id}/stream?fps=N and the episode's
+// /v1/episodes/{id}/stream: the frame websocket. An episode's stream ends
+// with the episode (its target's context), a cluster's reaches the episode
+// through any agent (proxied, cluster.go).
+func (s *server) stream(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
 	}
-	id := vmID(r)
+	id := t.vm
 	fps := 0
 	if q := r.URL.Query().Get("fps"); q != "" {
 		n, err := strconv.Atoi(q)
@@ -141,13 +157,14 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return nil // Upgrade answered the client
 	}
-	s.serveViewer(d, v, conn)
+	s.serveViewer(t.ctx, d, v, conn)
 	return nil
 }
 
-// serveViewer streams frames to conn until it goes away or the desk closes
-// (then the close message says why).
-func (s *server) serveViewer(d *desk.Desk, v *desk.Viewer, conn *websocket.Conn) {
+// serveViewer streams frames to conn until it goes away, the desk closes
+// (then the close message says why) or ctx ends (an episode's stream at
+// the episode's end).
+func (s *server) serveViewer(ctx context.Context, d *desk.Desk, v *desk.Viewer, conn *websocket.Conn) {
 	defer conn.Close()
 	id := d.VM
 	s.log.Debug("viewer joined", "vm", id, "op", "stream", "remote", conn.RemoteAddr().String(), "min_gap", v.MinGap())
@@ -172,6 +189,9 @@ func (s *server) serveViewer(d *desk.Desk, v *desk.Viewer, conn *websocket.Conn)
 	for {
 		select {
 		case <-gone:
+			return
+		case <-ctx.Done():
+			conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "episode ended"), time.Now().Add(time.Second)) //nolint:errcheck // best effort
 			return
 		case <-v.Done():
 			reason := "stream ended"

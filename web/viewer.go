@@ -7,12 +7,14 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
 
+	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -89,7 +91,31 @@ func (s *server) liveView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.page(w, "vm.html", map[string]any{"VM": vm, "Uptime": since(vm.CreatedAt)})
+	return s.page(w, "vm.html", map[string]any{"VM": vm, "Uptime": since(vm.CreatedAt), "API": "/v1/vms/" + vm.ID})
+}
+
+// episodeView serves GET /episodes/{id}: the live view of the episode's
+// VM, whose stream, activity, control and takeover go through the
+// episode's routes, so that on a cluster any agent serves the page and
+// its connections (proxied to the owner, cluster.go).
+func (s *server) episodeView(w http.ResponseWriter, r *http.Request) error {
+	if s.pools == nil {
+		return s.noPools()
+	}
+	ep, err := s.pools.Get(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if ep.State == pool.EpisodeEnded {
+		return fmt.Errorf("episode %s: %w", ep.ID, pool.ErrEpisodeEnded)
+	}
+	noteVM(r, ep.VM)
+	vm, err := s.farm.Get(r.Context(), ep.VM)
+	if err != nil {
+		return err
+	}
+	return s.page(w, "vm.html", map[string]any{"VM": vm, "Uptime": since(vm.CreatedAt),
+		"API": "/v1/episodes/" + url.PathEscape(ep.ID)})
 }
 
 func (s *server) page(w http.ResponseWriter, name string, data any) error {
@@ -128,11 +154,11 @@ func describe(ev ActivityEvent) string {
 // the kept events (after ?after=N or Last-Event-ID), then each new one,
 // until the client goes or the VM's desk closes (a last "closed" event says
 // why).
-func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
+func (s *server) activityStream(w http.ResponseWriter, r *http.Request, t target) error {
 	if s.desks == nil {
 		return s.noDisplay()
 	}
-	id := vmID(r)
+	id := t.vm
 	var after uint64
 	a := r.URL.Query().Get("after")
 	if a == "" {
@@ -188,7 +214,7 @@ func (s *server) activityStream(w http.ResponseWriter, r *http.Request) error {
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return nil
 			}
-		case <-r.Context().Done():
+		case <-t.ctx.Done(): // the client went, or the episode ended
 			return nil
 		}
 	}

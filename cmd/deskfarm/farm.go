@@ -35,6 +35,14 @@ func (f managedFarm) Metrics() *prometheus.Registry { return f.reg }
 // poolConfig is the pool config serve's flags ask for.
 func poolConfig(cfg farmConfig) (pool.Config, error) {
 	var pc pool.Config
+	if cfg.Cluster != nil {
+		// The cluster's DesktopPools are the pools (the agent sets them);
+		// until it does, the default pool without warm VMs, which boots
+		// nothing.
+		pc = pool.DefaultConfig("", 0)
+		pc.SetDefaults()
+		return pc, pc.Validate()
+	}
 	if cfg.Pools != "" {
 		var err error
 		if pc, err = pool.LoadConfig(cfg.Pools); err != nil {

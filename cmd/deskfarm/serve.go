@@ -65,6 +65,9 @@ type farmConfig struct {
 	Pools string
 	// PoolOverrides are --pool POOL.FIELD=VALUE settings applied on top.
 	PoolOverrides []string
+	// Cluster, when set, makes serve a cluster node's agent (cluster.go):
+	// --kubeconfig or --cluster. Nil: a single host.
+	Cluster *clusterConfig
 }
 
 // Serve defaults.
@@ -95,6 +98,8 @@ func (c farmConfig) validate() error {
 		return errors.New("--libvirt-socket is empty")
 	case c.Token != "" && c.Token == c.ViewerToken:
 		return errors.New("--viewer-token is the same as --token: a viewer would hold the control token")
+	case c.Cluster != nil && (c.Cluster.Token == c.Token || c.Cluster.Token == c.ViewerToken):
+		return errors.New("the cluster token is the same as --token or --viewer-token: a client would pass for an agent")
 	}
 	for _, h := range c.AllowHosts {
 		if h == "" || strings.ContainsAny(h, "/ ") {
@@ -122,6 +127,7 @@ var newFarm func(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, e
 func serveCommand(stop func()) *cobra.Command {
 	var cfg farmConfig
 	var trustLoopback bool
+	var cf clusterFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and the live viewers",
@@ -129,7 +135,8 @@ func serveCommand(stop func()) *cobra.Command {
 pools' warm VMs booted. VMs keep running when serve stops; the next serve
 finds them again.`,
 		Example: `  deskfarm serve --listen 127.0.0.1:8080 --warm desktop
-  deskfarm serve --pools pools.yaml --pool desktop.min_warm=2`,
+  deskfarm serve --pools pools.yaml --pool desktop.min_warm=2
+  deskfarm serve --listen 0.0.0.0:8080 --kubeconfig kubeconfig --node n1 --advertise http://10.0.0.5:8080 --cluster-token-file ct`,
 		Args: nArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Token == "" {
@@ -139,6 +146,10 @@ finds them again.`,
 				cfg.ViewerToken = os.Getenv("DESKFARM_VIEWER_TOKEN")
 			}
 			cfg.NoLoopbackTrust = !trustLoopback
+			var err error
+			if cfg.Cluster, err = resolveCluster(cmd, cf, os.Getenv, os.Hostname); err != nil {
+				return err
+			}
 			if err := cfg.validate(); err != nil {
 				return err
 			}
@@ -168,6 +179,7 @@ finds them again.`,
 	fs.StringVar(&cfg.Warm, "warm", "", "image of which to keep one ready VM (created in the background at start)")
 	fs.StringVar(&cfg.Pools, "pools", "", "pool config file (YAML); default: one pool \"desktop\" of the --warm image")
 	fs.StringArrayVar(&cfg.PoolOverrides, "pool", nil, "override a pool setting, POOL.FIELD=VALUE (e.g. desktop.min_warm=2); repeatable")
+	addClusterFlags(cmd, &cf) // cluster.go
 	cmd.MarkFlagFilename("pools", "yaml", "yml")
 	cmd.MarkFlagDirname("novnc-dir")
 	cmd.MarkFlagDirname("state-dir")
@@ -231,9 +243,30 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	if pf, ok := farm.(pooledFarm); ok {
 		opts.Pools, opts.Metrics = pf.Pools(), pf.Metrics()
 	}
+	// A cluster node's agent runs until the server has shut down.
+	agentCtx, stopAgent := context.WithCancel(context.Background())
+	defer stopAgent()
+	if cfg.Cluster != nil {
+		if opts.Pools == nil {
+			err = errors.New("cluster mode: this build's farm has no pools")
+		} else {
+			opts.Cluster, err = startAgent(agentCtx, cfg.Cluster, opts.Pools, log) // clusteragent.go
+		}
+		if err != nil {
+			ln.Close()
+			return errors.Join(fmt.Errorf("join the cluster as node %s: %w", cfg.Cluster.Node, err), closeFarm())
+		}
+		opts.ClusterToken, opts.AdvertiseURL = cfg.Cluster.Token, cfg.Cluster.Advertise
+		log.Info("joined the cluster", "op", "serve", "node", cfg.Cluster.Node, "namespace", cfg.Cluster.Namespace,
+			"advertise", cfg.Cluster.Advertise)
+	}
 	// OSWorld's in-VM API: a port per osworld VM on the API's host, with
 	// the API's authentication.
 	ports := &osworld.Ports{Farm: farm, Desks: desks, Host: listenHost(ln.Addr()), Wrap: web.Authenticate(opts), Log: log}
+	if cfg.Cluster != nil {
+		// Clients on other nodes reach this one's ports at its advertised name.
+		ports.AdvertiseHost = advertiseName(cfg.Cluster.Advertise)
+	}
 	portsCtx, stopPorts := context.WithCancel(context.Background())
 	portsDone := make(chan struct{})
 	go func() {
@@ -287,6 +320,7 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 			srv.Close()
 		}
 	}
+	stopAgent()
 	stopPorts()
 	<-portsDone
 	desks.Close()
@@ -393,6 +427,9 @@ func keepToken(path, tok string) (string, error) {
 // ones: --allow-host, and --listen's host unless it is a wildcard.
 func allowedHosts(cfg farmConfig) []string {
 	hosts := slices.Clone(cfg.AllowHosts)
+	if cfg.Cluster != nil {
+		hosts = append(hosts, advertiseHost(cfg.Cluster.Advertise))
+	}
 	if h, _, err := net.SplitHostPort(cfg.Listen); err == nil && h != "" {
 		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
 			hosts = append(hosts, h)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -413,5 +415,21 @@ func TestNoServerDependencies(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A cluster agent's episode: start prints where it lives.
+func TestCLIEpisodeStartShowsNode(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(api.Episode{ID: "ep-0123456789ab", VM: "v03", Pool: "tiny", Warm: true,
+			ViewerURL: "http://10.0.0.7:8080/vms/v03", Node: "n2", URL: "http://10.0.0.7:8080"})
+	}))
+	defer srv.Close()
+	c := &cli{t: t, env: map[string]string{"DESKFARM_SERVER": srv.URL, "DESKFARM_TOKEN_FILE": filepath.Join(t.TempDir(), "no-token")}}
+	res := c.run(nil, "episode", "start", "--pool", "tiny")
+	if res.err != nil || !strings.Contains(res.stdout, "ep-0123456789ab\tvm v03") || !strings.Contains(res.stdout, "\nnode n2\thttp://10.0.0.7:8080\n") {
+		t.Errorf("episode start: %v\n%s", res.err, res.stdout)
 	}
 }

@@ -51,6 +51,10 @@ func episodeStart(env *Env, conn *conn) *cobra.Command {
 			}
 			fmt.Fprintf(env.Stdout, "%s\tvm %s\tpool %s\t%s\texpires %s\n%s\n", ep.ID, ep.VM, ep.Pool, how,
 				ep.ExpiresAt.Local().Format(time.TimeOnly), ep.ViewerURL)
+			if ep.Node != "" {
+				// A cluster's: any agent serves the episode; this is its owner.
+				fmt.Fprintf(env.Stdout, "node %s\t%s\n", ep.Node, ep.URL)
+			}
 			return nil
 		},
 	}

@@ -31,6 +31,8 @@ default 21600: one DesktopEnv usually runs many tasks).
 Needs only python3 and python3-requests.
 """
 
-from .provider import DeskfarmProvider, DeskfarmVMManager, Client, register
+from .provider import (ClusterUnavailable, DeskfarmError, DeskfarmProvider, DeskfarmVMManager, Client, NodeLost,
+                       register)
 
-__all__ = ["DeskfarmProvider", "DeskfarmVMManager", "Client", "register"]
+__all__ = ["DeskfarmProvider", "DeskfarmVMManager", "Client", "register", "DeskfarmError", "NodeLost",
+           "ClusterUnavailable"]

@@ -18,8 +18,32 @@ except Exception:  # noqa: BLE001 - any import failure means "no OSWorld here"
     _Provider, _VMManager = object, object
 
 
+class DeskfarmError(RuntimeError):
+    """An error answer of deskfarm's API: its stable code (api/errors.go),
+    message and HTTP status."""
+
+    def __init__(self, method, path, status, code, message):
+        super().__init__("deskfarm %s %s: %d %s: %s" % (method, path, status, code, message))
+        self.status, self.code, self.message = status, code, message
+
+
+class NodeLost(DeskfarmError):
+    """node_lost: the episode's cluster node stopped renewing its Lease;
+    the episode is gone with it. Start another."""
+
+
+class ClusterUnavailable(DeskfarmError):
+    """cluster_unavailable: a cluster's apiserver did not answer a claim;
+    running episodes go on. Retry later."""
+
+
+_BY_CODE = {"node_lost": NodeLost, "cluster_unavailable": ClusterUnavailable}
+
+
 class Client:
-    """deskfarm's HTTP API, the few calls the provider makes."""
+    """deskfarm's HTTP API, the few calls the provider makes. On a cluster
+    every call may go to any agent: episode routes reach the episode's
+    owner through it."""
 
     def __init__(self, url=None, token=None, timeout=600):
         self.url = (url or os.environ.get("DESKFARM_URL") or "http://127.0.0.1:8080").rstrip("/")
@@ -33,7 +57,12 @@ class Client:
             headers["Authorization"] = "Bearer " + self.token
         r = self.session.request(method, self.url + path, json=body, headers=headers, timeout=self.timeout)
         if r.status_code >= 300:
-            raise RuntimeError("deskfarm %s %s: %d %s" % (method, path, r.status_code, r.text.strip()))
+            try:
+                err = r.json()["error"]
+                code, message = err["code"], err.get("message", "")
+            except (ValueError, KeyError, TypeError):
+                code, message = "http_%d" % r.status_code, r.text.strip()
+            raise _BY_CODE.get(code, DeskfarmError)(method, path, r.status_code, code, message)
         return r.json() if r.content else None
 
     def start_episode(self, pool, ttl_s):
@@ -47,6 +76,10 @@ class Client:
 
     def reset_vm(self, vm_id):
         return self._call("POST", "/v1/vms/%s/reset" % vm_id)
+
+    def reset_episode(self, episode_id):
+        """The episode's VM back to its ready snapshot, the episode kept."""
+        return self._call("POST", "/v1/episodes/%s/reset" % episode_id)
 
 
 class DeskfarmProvider(_Provider):
@@ -110,7 +143,9 @@ class DeskfarmProvider(_Provider):
         if self.episode is None:
             return None
         start = time.monotonic()
-        self.client.reset_vm(self.episode["vm"])
+        # Through the episode: on a cluster, the agent asked may not be
+        # the VM's own.
+        self.client.reset_episode(self.episode["id"])
         log.info("deskfarm vm %s reset in %.2fs", self.episode["vm"], time.monotonic() - start)
         return None
 

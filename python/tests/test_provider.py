@@ -48,12 +48,14 @@ class FakeDeskfarm:
                     ep = {"id": "ep1", "vm": "vm1", "pool": "osworld", "state": "active", "warm": True}
                     fake.episodes["ep1"] = ep
                     return self._send(201, ep)
-                if self.path == "/v1/vms/vm1/reset":
+                if self.path == "/v1/episodes/ep1/reset":
                     return self._send(200, {"reset_seconds": 0.4})
                 self._send(404, {"error": "no"})
 
             def do_GET(self):
                 fake.calls.append(("GET", self.path, None, self.headers.get("Authorization")))
+                if self.path == "/v1/episodes/gone":
+                    return self._send(410, {"error": {"code": "node_lost", "message": "node n2 lost"}})
                 if self.path == "/v1/episodes/ep1":
                     ep = dict(fake.episodes["ep1"])
                     if fake.polls_before_address > 0:
@@ -108,7 +110,7 @@ class ProviderTest(unittest.TestCase):
         self.assertEqual(self.fake.api_calls(), [
             ("POST", "/v1/episodes"),
             ("GET", "/v1/episodes/ep1"), ("GET", "/v1/episodes/ep1"), ("GET", "/v1/episodes/ep1"),
-            ("POST", "/v1/vms/vm1/reset"),
+            ("POST", "/v1/episodes/ep1/reset"),
             ("DELETE", "/v1/episodes/ep1"),
         ])
         start = self.fake.calls[0]
@@ -124,6 +126,14 @@ class ProviderTest(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             p.start_emulator("x", True, "Ubuntu")
         self.assertIsNone(p.episode)
+
+
+    def test_cluster_codes_are_typed(self):
+        with self.assertRaises(deskfarm_osworld.NodeLost) as cm:
+            self.p.client.episode("gone")
+        self.assertEqual((cm.exception.status, cm.exception.code), (410, "node_lost"))
+        self.assertIn("node n2 lost", str(cm.exception))
+        self.assertTrue(issubclass(deskfarm_osworld.ClusterUnavailable, deskfarm_osworld.DeskfarmError))
 
 
 class RegisterTest(unittest.TestCase):

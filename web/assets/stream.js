@@ -1,7 +1,9 @@
 // attachStream draws the frames of vm's /stream websocket on canvas and
-// reconnects when it drops. It returns a stats object (frames drawn) whose
-// close() ends the stream for good.
-export function attachStream(canvas, vm, fps) {
+// reconnects when it drops; base is the routes' prefix (default the VM's,
+// /v1/vms/VM; an episode page's is /v1/episodes/ID). It returns a stats
+// object (frames drawn) whose close() ends the stream for good.
+export function attachStream(canvas, vm, fps, base) {
+  const prefix = base || `/v1/vms/${encodeURIComponent(vm)}`;
   const ctx = canvas.getContext('2d');
   const stats = { frames: 0, bytes: 0, open: false, lastFrame: 0 };
   let chain = Promise.resolve();
@@ -11,7 +13,7 @@ export function attachStream(canvas, vm, fps) {
     if (closed) return;
     const proto = location.protocol === 'https:' ? 'wss' : 'ws';
     const q = fps ? `?fps=${fps}` : '';
-    ws = new WebSocket(`${proto}://${location.host}/v1/vms/${encodeURIComponent(vm)}/stream${q}`);
+    ws = new WebSocket(`${proto}://${location.host}${prefix}/stream${q}`);
     ws.binaryType = 'arraybuffer';
     ws.onopen = () => { stats.open = true; };
     ws.onmessage = (ev) => {

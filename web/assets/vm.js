@@ -8,9 +8,11 @@ const logList = document.getElementById('log');
 const take = document.getElementById('take');
 const giveback = document.getElementById('giveback');
 const mode = document.getElementById('mode');
-const api = `/v1/vms/${encodeURIComponent(vm)}`;
+// The VM's routes, or an episode's (/episodes/ID: any agent of a cluster
+// serves those).
+const api = document.body.dataset.api || `/v1/vms/${encodeURIComponent(vm)}`;
 
-const stats = attachStream(screen, vm, 0);
+const stats = attachStream(screen, vm, 0, api);
 screen.addEventListener('resize', () => { overlay.width = screen.width; overlay.height = screen.height; });
 
 // fps readout
