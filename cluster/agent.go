@@ -135,6 +135,8 @@ type Agent struct {
 	// claim against: won or lost, that version is stale, so the cache entry
 	// is skipped until the watch brings the next one.
 	tried map[string]string
+	// claiming are the Desktops this agent's claimers are writing now.
+	claiming map[string]bool
 	rng   *rand.Rand
 
 	publishKick chan struct{}
@@ -209,6 +211,7 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 		claims:      dyn.Resource(DesktopClaimResource).Namespace(opts.Namespace),
 		known:       map[string]knownEpisode{},
 		tried:       map[string]string{},
+		claiming:    map[string]bool{},
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), uint64(time.Now().UnixNano()))),
 		publishKick: make(chan struct{}, 1), poolKick: make(chan struct{}, 1), claimKick: make(chan struct{}, 1),
 		claimState: newClaimState(),

@@ -117,9 +117,21 @@ func (a *Agent) tryClaim(ctx context.Context, u *unstructured.Unstructured, epis
 	if err != nil {
 		return nil, errLost
 	}
+	// One claim write per desktop at a time from this agent: its own
+	// concurrent claimers would only make each other lose.
 	a.mu.Lock()
+	if a.claiming[d.Name] {
+		a.mu.Unlock()
+		return nil, errLost
+	}
+	a.claiming[d.Name] = true
 	a.tried[d.Name] = d.ResourceVersion
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.claiming, d.Name)
+		a.mu.Unlock()
+	}()
 	now := metav1.NewTime(time.Now())
 	exp := metav1.NewTime(now.Add(ttl))
 	d.Status = DesktopStatus{State: pool.DesktopLeased, Episode: episode, ClaimedBy: a.opts.Node,
