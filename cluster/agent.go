@@ -137,7 +137,9 @@ type Agent struct {
 	tried map[string]string
 	// claiming are the Desktops this agent's claimers are writing now.
 	claiming map[string]bool
-	rng   *rand.Rand
+	// recent are this agent's own claims its cache may not show yet.
+	recent map[string]recentClaim
+	rng    *rand.Rand
 
 	publishKick chan struct{}
 	poolKick    chan struct{}
@@ -212,6 +214,7 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 		known:       map[string]knownEpisode{},
 		tried:       map[string]string{},
 		claiming:    map[string]bool{},
+		recent:      map[string]recentClaim{},
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), uint64(time.Now().UnixNano()))),
 		publishKick: make(chan struct{}, 1), poolKick: make(chan struct{}, 1), claimKick: make(chan struct{}, 1),
 		claimState: newClaimState(),

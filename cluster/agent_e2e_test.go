@@ -70,6 +70,11 @@ func TestClaimsNeverDoubleHeldE2E(t *testing.T) {
 					if ep.ID != p.Episode || ep.VM != p.VM {
 						t.Errorf("claim via %s: episode %s on %s, placement %+v", a.Node(), ep.ID, ep.VM, p)
 					}
+					// The caller's next call (to this agent) finds it at once,
+					// whether or not the watch has brought the claim yet.
+					if got, err := a.Locate(p.Episode); err != nil || got.Desktop != p.Desktop {
+						t.Errorf("Locate right after the claim via %s: %+v, %v", a.Node(), got, err)
+					}
 					mu.Lock()
 					results = append(results, won{p, a.Node(), took})
 					mu.Unlock()
