@@ -135,7 +135,11 @@ type Agent struct {
 	// claim against: won or lost, that version is stale, so the cache entry
 	// is skipped until the watch brings the next one.
 	tried map[string]string
-	rng   *rand.Rand
+	// claiming are the Desktops this agent's claimers are writing now.
+	claiming map[string]bool
+	// recent are this agent's own claims its cache may not show yet.
+	recent map[string]recentClaim
+	rng    *rand.Rand
 
 	publishKick chan struct{}
 	poolKick    chan struct{}
@@ -209,6 +213,8 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 		claims:      dyn.Resource(DesktopClaimResource).Namespace(opts.Namespace),
 		known:       map[string]knownEpisode{},
 		tried:       map[string]string{},
+		claiming:    map[string]bool{},
+		recent:      map[string]recentClaim{},
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), uint64(time.Now().UnixNano()))),
 		publishKick: make(chan struct{}, 1), poolKick: make(chan struct{}, 1), claimKick: make(chan struct{}, 1),
 		claimState: newClaimState(),

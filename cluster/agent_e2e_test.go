@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,9 @@ func TestClaimsNeverDoubleHeldE2E(t *testing.T) {
 		waitFor(t, a.Node()+" sees all desktops free", time.Minute, func() bool { return freeIn(a.Agent, "tiny") == 3*perNode })
 	}
 	type won struct {
-		p  Placement
-		by string
+		p    Placement
+		by   string
+		took time.Duration // the Claim call that won
 	}
 	var (
 		next    atomic.Int64
@@ -60,7 +62,7 @@ func TestClaimsNeverDoubleHeldE2E(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for next.Add(1) <= claims {
-					p, ep, err := claimRetry(ctx, a.Agent, "tiny")
+					p, ep, took, err := claimRetry(ctx, a.Agent, "tiny")
 					if err != nil {
 						t.Errorf("claim via %s: %v", a.Node(), err)
 						return
@@ -68,8 +70,13 @@ func TestClaimsNeverDoubleHeldE2E(t *testing.T) {
 					if ep.ID != p.Episode || ep.VM != p.VM {
 						t.Errorf("claim via %s: episode %s on %s, placement %+v", a.Node(), ep.ID, ep.VM, p)
 					}
+					// The caller's next call (to this agent) finds it at once,
+					// whether or not the watch has brought the claim yet.
+					if got, err := a.Locate(p.Episode); err != nil || got.Desktop != p.Desktop {
+						t.Errorf("Locate right after the claim via %s: %+v, %v", a.Node(), got, err)
+					}
 					mu.Lock()
-					results = append(results, won{p, a.Node()})
+					results = append(results, won{p, a.Node(), took})
 					mu.Unlock()
 					time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
 					if _, err := agents[p.Node].local.End(ctx, p.Episode, pool.ReasonDeleted); err != nil {
@@ -102,6 +109,13 @@ func TestClaimsNeverDoubleHeldE2E(t *testing.T) {
 		}
 		maxWrites = max(maxWrites, w)
 	}
+	var lat []time.Duration
+	for _, r := range results {
+		lat = append(lat, r.took)
+	}
+	slices.Sort(lat)
+	pct := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(100 * time.Microsecond) }
+	t.Logf("winning Claim calls: p50 %s, p95 %s, p99 %s, max %s", pct(0.5), pct(0.95), pct(0.99), lat[len(lat)-1])
 	var conflicts, relists, retries int64
 	for _, a := range agents {
 		s := a.Stats()

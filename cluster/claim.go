@@ -97,6 +97,7 @@ func (a *Agent) claim(ctx context.Context, poolName string, ttl time.Duration, c
 				continue
 			}
 			a.n.bound.Add(1)
+			a.noteClaim(p, u.GetResourceVersion())
 			a.log.Debug("claimed", "op", "claim", "episode", episode, "vm", won.Spec.VM, "owner", won.Spec.Node)
 			return p, ep, nil
 		}
@@ -117,9 +118,21 @@ func (a *Agent) tryClaim(ctx context.Context, u *unstructured.Unstructured, epis
 	if err != nil {
 		return nil, errLost
 	}
+	// One claim write per desktop at a time from this agent: its own
+	// concurrent claimers would only make each other lose.
 	a.mu.Lock()
+	if a.claiming[d.Name] {
+		a.mu.Unlock()
+		return nil, errLost
+	}
+	a.claiming[d.Name] = true
 	a.tried[d.Name] = d.ResourceVersion
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.claiming, d.Name)
+		a.mu.Unlock()
+	}()
 	now := metav1.NewTime(time.Now())
 	exp := metav1.NewTime(now.Add(ttl))
 	d.Status = DesktopStatus{State: pool.DesktopLeased, Episode: episode, ClaimedBy: a.opts.Node,
@@ -384,9 +397,34 @@ func (a *Agent) cachedDesktop(name string) (*Desktop, error) {
 	return DesktopFrom(o.(*unstructured.Unstructured))
 }
 
+// recentClaim is a claim this agent won, and the resourceVersion it
+// claimed against: while the cache still shows that version, the watch has
+// not brought the claim yet.
+type recentClaim struct {
+	p     Placement
+	stale string
+	wonAt time.Time
+}
+
+// recentKeep bounds how long a recent claim is remembered.
+const recentKeep = time.Minute
+
+func (a *Agent) noteClaim(p Placement, staleRV string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	for ep, r := range a.recent {
+		if now.Sub(r.wonAt) > recentKeep {
+			delete(a.recent, ep)
+		}
+	}
+	a.recent[p.Episode] = recentClaim{p: p, stale: staleRV, wonAt: now}
+}
+
 // Locate finds the episode's desktop in the cache (see Front). It answers
 // ErrNotFound when no Desktop holds it, and the placement with ErrNodeLost
-// when its owner's Lease has expired.
+// when its owner's Lease has expired. An episode this agent has just
+// claimed is found even before its watch brings the claim.
 func (a *Agent) Locate(episode string) (Placement, error) {
 	objs, _ := a.desktopInf.GetIndexer().ByIndex(indexEpisode, episode)
 	for _, o := range objs {
@@ -394,13 +432,25 @@ func (a *Agent) Locate(episode string) (Placement, error) {
 		if err != nil || d.Status.State != pool.DesktopLeased || d.Status.Episode != episode {
 			continue
 		}
-		p := placement(d, a.opts.Node)
-		if a.lost(d.Spec.Node) {
-			return p, fmt.Errorf("episode %s on node %s: %w", episode, d.Spec.Node, ErrNodeLost)
+		return a.located(placement(d, a.opts.Node))
+	}
+	a.mu.Lock()
+	r, ok := a.recent[episode]
+	a.mu.Unlock()
+	if ok {
+		o, exists, _ := a.desktopInf.GetIndexer().GetByKey(a.opts.Namespace + "/" + r.p.Desktop)
+		if exists && o.(*unstructured.Unstructured).GetResourceVersion() == r.stale {
+			return a.located(r.p)
 		}
-		return p, nil
 	}
 	return Placement{}, fmt.Errorf("episode %s: %w", episode, ErrNotFound)
+}
+
+func (a *Agent) located(p Placement) (Placement, error) {
+	if a.lost(p.Node) {
+		return p, fmt.Errorf("episode %s on node %s: %w", p.Episode, p.Node, ErrNodeLost)
+	}
+	return p, nil
 }
 
 // defaultTTL is the pool's declared default TTL, else pool.DefaultTTL.

@@ -261,16 +261,18 @@ func (au *audit) writesFor(desktop, episode string) int {
 }
 
 // claimRetry claims until a desktop is free (ErrNoDesktop means all are
-// held now; they come back as episodes end).
-func claimRetry(ctx context.Context, a *Agent, poolName string) (Placement, pool.Episode, error) {
+// held now; they come back as episodes end). took is the last call's time.
+func claimRetry(ctx context.Context, a *Agent, poolName string) (Placement, pool.Episode, time.Duration, error) {
 	for {
+		start := time.Now()
 		p, ep, err := a.Claim(ctx, poolName, time.Minute)
+		took := time.Since(start)
 		if !errors.Is(err, ErrNoDesktop) {
-			return p, ep, err
+			return p, ep, took, err
 		}
 		select {
 		case <-ctx.Done():
-			return p, ep, err
+			return p, ep, took, err
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
