@@ -245,10 +245,7 @@ func (s *server) ownerRecord(r *http.Request, pl cluster.Placement) (api.Episode
 }
 
 // clusterBind serves POST /v1/cluster/bind (access cluster): the claimer
-// of one of this node's desktops asks it to lease the VM. The answer is
-// the pool.Episode itself, which the claiming agent returns from its
-// Front.Claim (cluster's bindRemote decodes it): a wire between agents of
-// one build, not the API's; clients get api.Episode from POST /v1/episodes.
+// of one of this node's desktops asks it to lease the VM.
 func (s *server) clusterBind(w http.ResponseWriter, r *http.Request) error {
 	var req cluster.BindRequest
 	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
@@ -259,6 +256,6 @@ func (s *server) clusterBind(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	noteVM(r, ep.VM)
-	writeJSON(w, http.StatusOK, ep)
+	writeJSON(w, http.StatusOK, s.episodeResponse(r, ep))
 	return nil
 }

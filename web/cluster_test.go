@@ -389,9 +389,8 @@ func TestClusterBindNeedsClusterToken(t *testing.T) {
 		t.Fatalf("refused binds reached the agent: %+v", a.front.binds)
 	}
 	resp, body := call(t, "POST", bind, req, ClusterTokenHeader, clusterTok)
-	// The claiming agent decodes a pool.Episode (cluster's bindRemote).
-	var ep pool.Episode
-	if json.Unmarshal(body, &ep); resp.StatusCode != http.StatusOK || ep.ID == "" || ep.VM != "a1" || ep.ExpiresAt.IsZero() {
+	var ep api.Episode
+	if json.Unmarshal(body, &ep); resp.StatusCode != http.StatusOK || ep.ID == "" || ep.Node != "a" || ep.ExpiresAt.IsZero() {
 		t.Fatalf("bind with the cluster token: %d %s", resp.StatusCode, body)
 	}
 	if len(a.front.binds) != 1 || a.front.binds[0].Episode != "ep-0123456789ab" {
