@@ -335,10 +335,16 @@ func (a *Agent) run() error {
 	ctx := a.ctx
 	a.log.Info("cluster agent starting", "op", "cluster", "namespace", a.opts.Namespace,
 		"url", a.opts.AdvertiseURL, "lease", a.opts.LeaseDuration)
+	// Before the first renewal, which would hide it: was this node lost
+	// while its agent was away (killed, or cut off, and back)?
+	lostAway := a.wasLost(ctx)
 	a.dfactory.Start(ctx.Done())
 	a.kfactory.Start(ctx.Done())
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.leaseLoop(ctx) }()
+	if lostAway {
+		a.endLostEpisodes(ctx)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), a.desktopInf.HasSynced, a.poolInf.HasSynced,
 		a.claimInf.HasSynced, a.leaseInf.HasSynced) {
 		a.wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/internal/fill"
 	"github.com/deskfarm/deskfarm/pool"
+	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -238,5 +239,36 @@ func TestPoolEpisode(t *testing.T) {
 	got := poolEpisode(e)
 	if bad := fill.Converted(e, got, fill.Skip{Renamed: []string{"ViewerURL", "OSWorldAddress", "Node", "URL"}}); len(bad) != 0 {
 		t.Fatal(bad)
+	}
+}
+
+func TestLostWhileAway(t *testing.T) {
+	now := time.Now()
+	dur := int32(4)
+	lease := func(name string, renewed time.Time) coordv1.Lease {
+		h := name
+		rt := metav1.NewMicroTime(renewed)
+		return coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(name)},
+			Spec: coordv1.LeaseSpec{HolderIdentity: &h, RenewTime: &rt, LeaseDurationSeconds: &dur}}
+	}
+	for _, c := range []struct {
+		name   string
+		mine   time.Time
+		others []time.Time
+		want   bool
+	}{
+		{"quick restart: my lease still live", now.Add(-2 * time.Second), []time.Time{now}, false},
+		{"killed, others renewed after my expiry", now.Add(-30 * time.Second), []time.Time{now.Add(-time.Second)}, true},
+		{"apiserver was down: nobody renewed after my expiry", now.Add(-30 * time.Second), []time.Time{now.Add(-29 * time.Second)}, false},
+		{"the only node, expired", now.Add(-30 * time.Second), nil, true},
+	} {
+		mine := lease("me", c.mine)
+		all := []coordv1.Lease{mine}
+		for i, o := range c.others {
+			all = append(all, lease(fmt.Sprintf("n%d", i), o))
+		}
+		if got := lostWhileAway(&mine, all, now); got != c.want {
+			t.Errorf("%s: lostWhileAway %v, want %v", c.name, got, c.want)
+		}
 	}
 }
