@@ -423,13 +423,22 @@ func testAgentKilled(t *testing.T, cf *clusterFarm) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	time.Sleep(clusterLease + time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := a.c.GetEpisode(ctx, onC.ID)
+	// Until the node is called lost (its Lease expired, and a's own
+	// renewals show the apiserver served past that), a call finds its
+	// owner unreachable; after it, node_lost.
+	var err error
+	for deadline := killed.Add(3*clusterLease + 10*time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, err = a.c.GetEpisode(ctx, onC.ID)
+		if !api.IsCode(err, api.CodeNodeUnreachable) {
+			break
+		}
+	}
 	if !api.IsCode(err, api.CodeNodeLost) {
 		t.Errorf("episode %s on the killed node through a: %v (code %q), want %q", onC.ID, err, errCode(err), api.CodeNodeLost)
 	}
+	t.Logf("episode %s answered node_lost %s after the kill (lease %s)", onC.ID, time.Since(killed).Round(100*time.Millisecond), clusterLease)
 	_, err = a.c.Act(ctx, client.Episode(onC.ID), api.ActionsRequest{Action: []byte(`{"kind":"click","x":5,"y":5}`)})
 	if !api.IsCode(err, api.CodeNodeLost) {
 		t.Errorf("click on the killed node's episode through a: %v (code %q), want %q", err, errCode(err), api.CodeNodeLost)
