@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // ErrNotClaimed: a bind named a Desktop that is not claimed by that
@@ -443,7 +444,46 @@ func (a *Agent) Locate(episode string) (Placement, error) {
 			return a.located(r.p)
 		}
 	}
+	// Not in the cache: an episode another agent claimed a moment ago may
+	// not have reached this agent's watch yet (the cluster E2E's first
+	// call through another agent met that). One read of the apiserver
+	// settles it; an apiserver that does not answer leaves not-found.
+	if d := a.readEpisode(episode); d != nil {
+		return a.located(placement(d, a.opts.Node))
+	}
 	return Placement{}, fmt.Errorf("episode %s: %w", episode, ErrNotFound)
+}
+
+// locateReadTimeout bounds Locate's read of the apiserver on a cache miss:
+// a call for an unknown episode must not hang on an apiserver away.
+const locateReadTimeout = 2 * time.Second
+
+// readEpisode reads the Desktop leased to episode from the apiserver; nil
+// when none is, or the apiserver did not answer.
+func (a *Agent) readEpisode(episode string) *Desktop {
+	if !validEpisodeLabel(episode) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, locateReadTimeout)
+	defer cancel()
+	sel := labels.SelectorFromSet(labels.Set{LabelEpisode: episode})
+	list, err := a.desktops.List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil
+	}
+	for i := range list.Items {
+		d, err := DesktopFrom(&list.Items[i])
+		if err == nil && d.Status.State == pool.DesktopLeased && d.Status.Episode == episode {
+			return d
+		}
+	}
+	return nil
+}
+
+// validEpisodeLabel: episode can be a label value (a client's id is
+// untrusted input, and a bad selector is an error, not a miss).
+func validEpisodeLabel(episode string) bool {
+	return len(validation.IsValidLabelValue(episode)) == 0 && episode != ""
 }
 
 func (a *Agent) located(p Placement) (Placement, error) {
