@@ -125,10 +125,30 @@ func (a *Agent) lost(node string) bool {
 	if node == a.opts.Node {
 		return false
 	}
-	l, err := a.leases.Get(LeaseName(node))
-	if err != nil {
-		return true
+	if l, err := a.leases.Get(LeaseName(node)); err == nil && !a.expiredWhileUp(l) {
+		return false
 	}
+	// The cache says lost (or has no Lease). After an apiserver restart
+	// the Lease watch can lag the agents' renewals by seconds (the cluster
+	// E2E saw a live node called lost right after an outage), and a 410
+	// ends the holder's episode: read the Lease itself before saying so.
+	// An apiserver that does not answer now decides nothing.
+	ctx, cancel := context.WithTimeout(a.ctx, locateReadTimeout)
+	defer cancel()
+	fresh, err := a.kube.CoordinationV1().Leases(a.opts.Namespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	}
+	return a.expiredWhileUp(fresh)
+}
+
+// expiredWhileUp: l has expired, and this agent's own renewals show the
+// apiserver served for a whole renew period after that expiry, during
+// which a live agent would have renewed.
+func (a *Agent) expiredWhileUp(l *coordv1.Lease) bool {
 	if leaseLive(l, time.Now()) {
 		return false
 	}
