@@ -92,7 +92,10 @@ func (a *Agent) claim(ctx context.Context, poolName string, ttl time.Duration, c
 					return Placement{}, pool.Episode{}, fmt.Errorf("claim %s: %w", won.Name, ctx.Err())
 				}
 				if bindFailures++; bindFailures >= maxBindFailures {
-					return Placement{}, pool.Episode{}, err
+					// A stable code, not 500: no desktop could be had now
+					// (bench/cluster met it with a node just killed).
+					return Placement{}, pool.Episode{}, fmt.Errorf("claim in pool %s: %w: %d binds failed, the last: %w",
+						poolName, ErrNoDesktop, bindFailures, err)
 				}
 				lastBind = err
 				continue

@@ -75,7 +75,7 @@ func (a *Agent) publish(ctx context.Context) bool {
 			ok = a.create(ctx, name, l, now) && ok
 			continue
 		}
-		st, write := desiredStatus(l, cur.Status, a.knownAt, a.opts.Node, now, a.opts.BindGrace)
+		st, write := desiredStatus(l, cur.Status, knownBy(a.knownAt, now), a.opts.Node, now, a.opts.BindGrace)
 		spec := a.spec(l)
 		if !write && cur.Spec == spec {
 			continue
@@ -97,6 +97,17 @@ func (a *Agent) publish(ctx context.Context) bool {
 		ok = a.delete(ctx, d) && ok
 	}
 	return ok
+}
+
+// knownBy is known as of the pass's start, when it read Local.Desktops: an
+// episode bound since then is not "held" by that snapshot, whose VM still
+// shows free. Without it a bind finishing mid-pass had its fresh claim
+// written back to free (bench/cluster saw 1,521 such writes in 500 claims).
+func knownBy(known func(string) (time.Time, bool), at time.Time) func(string) (time.Time, bool) {
+	return func(ep string) (time.Time, bool) {
+		t, ok := known(ep)
+		return t, ok && !t.After(at)
+	}
 }
 
 func (a *Agent) spec(l pool.Desktop) DesktopSpec {
