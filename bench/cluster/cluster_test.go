@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/cluster"
 	"github.com/deskfarm/deskfarm/internal/kubetest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -396,15 +398,58 @@ func (r *run) lostControlPlane(cp *kubetest.ControlPlane) {
 		}
 	}
 	row("apiserver up")
+	// While the apiserver stops: every 100 ms, is it answering, and does
+	// an exec through b (proxied) answer?
+	type sample struct {
+		at        time.Duration
+		api       bool
+		proxyCode string
+	}
+	var samples []sample
+	sampling := make(chan struct{})
+	sampled := make(chan struct{})
+	begin := time.Now()
+	go func() {
+		defer close(sampled)
+		probe := r.dyn.Resource(cluster.DesktopPoolResource).Namespace(r.ns)
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			pctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			_, aerr := probe.List(pctx, metav1.ListOptions{Limit: 1})
+			cancel()
+			_, perr := execOn(bn.url, ep.ID)
+			samples = append(samples, sample{at: time.Since(begin), api: aerr == nil, proxyCode: codeOf(perr)})
+		}
+	}()
 	cp.StopAPIServer(b)
 	stopped := time.Now()
+	stopTook := stopped.Sub(begin)
 	restarted := false
 	defer func() {
 		if !restarted {
 			cp.StartAPIServer(b)
 		}
 	}()
-	row("apiserver down, first seconds")
+	time.Sleep(500 * time.Millisecond)
+	close(sampling)
+	<-sampled
+	lastAPI, firstLost := time.Duration(-1), time.Duration(-1)
+	for _, x := range samples {
+		if x.api {
+			lastAPI = x.at
+		}
+		if x.proxyCode != "" && firstLost < 0 {
+			firstLost = x.at
+		}
+	}
+	tab.add("apiserver stop: StopAPIServer took / apiserver last answered at / first failed proxied exec via b at (100 ms samples)",
+		fmt.Sprintf("%s / +%s / +%s (node Lease %s)", stopTook.Round(100*time.Millisecond), lastAPI.Round(100*time.Millisecond),
+			firstLost.Round(100*time.Millisecond), nodeLease), "proxied calls go on")
+	row("apiserver down, after StopAPIServer returned")
 	for _, via := range []*node{bn, a} {
 		_, d, err := start(via.url, "bench")
 		tab.add(fmt.Sprintf("new claim via %s, apiserver down", via.name), fmt.Sprintf("%s after %.1f ms", codeOf(err), ms(d)),
