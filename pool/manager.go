@@ -273,6 +273,12 @@ func (m *Manager) Owner(vmID string) (pool, episode string, pooled bool) {
 	defer m.mu.Unlock()
 	mb := m.members[vmID]
 	if mb == nil {
+		// A VM vmm is still creating for a pool is the pool's already: a
+		// call on it while it boots must be refused, not let through to
+		// dirty a VM the pool then leases unreset (the soak's dirty lease).
+		if p, ok := m.creating[vmID]; ok {
+			return p, "", true
+		}
 		return "", "", false
 	}
 	if mb.state == stLeased {
