@@ -33,6 +33,10 @@ type ActionsRequest struct {
 	// reference demo; the default), "native", or "WxH". Keep it fixed for a
 	// session.
 	ScreenshotSize string `json:"screenshot_size,omitempty"`
+	// ModelResponse is the model's text for this call, kept in a recorded
+	// episode's trajectory (OSWorld's traj.jsonl "response"); ignored
+	// otherwise.
+	ModelResponse string `json:"model_response,omitempty"`
 	RunOptions
 	ReplyOptions
 }

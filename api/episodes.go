@@ -9,6 +9,11 @@ type StartEpisodeRequest struct {
 	Pool string `json:"pool"`
 	// TTLS is the lease in seconds; 0 or absent means the pool's default_ttl_s.
 	TTLS float64 `json:"ttl_s,omitempty"`
+	// Record keeps the episode's trajectory (steps, screenshots, video)
+	// under the state dir; omitted, the pool's "record" default.
+	Record *bool `json:"record,omitempty"`
+	// RecordOptions are what the recording keeps beyond steps and video.
+	RecordOptions *RecordOptions `json:"record_options,omitempty"`
 }
 
 // Episode states.
@@ -51,6 +56,10 @@ type Episode struct {
 	VMReplaced bool `json:"vm_replaced,omitempty"`
 	// ViewerURL is the VM's live view in a browser.
 	ViewerURL string `json:"viewer_url"`
+	// Recording is true while the episode's trajectory is being recorded;
+	// TrajectoryURL is then its page (/trajectories/{id}).
+	Recording     bool   `json:"recording,omitempty"`
+	TrajectoryURL string `json:"trajectory_url,omitempty"`
 	// OSWorldAddress is set for VMs that serve OSWorld's in-VM API (image
 	// osworld): "host:server_port:chromium_port:vnc_port:vlc_port", what
 	// an OSWorld provider's get_ip_address returns (package osworld).
