@@ -6,10 +6,13 @@
 // reports per mode:
 //
 //   - action latency p50 and p95 as the client sees it;
+//
 //   - host CPU of the serve process and its ffmpeg children per second of
 //     the episode, in % of one core (from /proc, utime+stime);
+//
 //   - the CPU of a recorded desktop left still for -idle, against one not
 //     recorded;
+//
 //   - bytes per step of the trajectory and per minute of its video.
 //
 //     go run ./bench/trajectory [-image desktop] [-episodes 4] [-steps 20] [-idle 20s]
