@@ -25,12 +25,12 @@ type Manager struct {
 	log *slog.Logger
 
 	mu   sync.Mutex
-	byVM map[string]*Recorder          // recordings running, by VM
+	byVM map[string]*Recorder // recordings running, by VM
 	// starting holds the VMs whose recording is being started, so two
 	// Starts cannot both pass.
 	starting map[string]bool
-	done map[string]api.TrajectoryInfo // trajectories not recording, by id
-	wg   sync.WaitGroup                // recorders' goroutines
+	done     map[string]api.TrajectoryInfo // trajectories not recording, by id
+	wg       sync.WaitGroup                // recorders' goroutines
 }
 
 // New opens the store (finishing as interrupted any trajectory a previous

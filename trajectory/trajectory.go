@@ -87,4 +87,3 @@ type Meta struct {
 	ScreenshotSize string // the episode's default ("WxH", "auto", "native")
 	Options        api.RecordOptions
 }
-
