@@ -222,5 +222,5 @@ func (m *Manager) finished(r *Recorder, info api.TrajectoryInfo) {
 	}
 	m.done[r.id] = info
 	m.mu.Unlock()
-	m.prune()
+	m.prune(r.id)
 }

@@ -47,9 +47,10 @@ func (m *Manager) oldestFinishedLocked() []api.TrajectoryInfo {
 }
 
 // prune applies retention and then the budget to the finished
-// trajectories; it returns the bytes the recordings take beyond what is
-// left of the budget (0 when within).
-func (m *Manager) prune() int64 {
+// trajectories, sparing keep (one that just finished: it goes first at the
+// next prune, not the moment it ends); it returns the bytes the recordings
+// take beyond what is left of the budget (0 when within).
+func (m *Manager) prune(keep ...string) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
@@ -78,6 +79,9 @@ func (m *Manager) prune() int64 {
 	for _, info := range m.oldestFinishedLocked() {
 		if total <= m.cfg.BudgetBytes {
 			break
+		}
+		if slices.Contains(keep, info.ID) {
+			continue
 		}
 		if m.removeLocked(info.ID, fmt.Sprintf("over the budget of %d bytes", m.cfg.BudgetBytes)) == nil {
 			total -= info.Bytes

@@ -15,6 +15,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
+	"github.com/deskfarm/deskfarm/player"
 )
 
 const (
@@ -41,6 +42,8 @@ type Recorder struct {
 	screen Screen
 	log    *slog.Logger
 	native image.Point
+	// size is the episode's screenshot size, for a step that names none.
+	size image.Point
 
 	// last is the latest snapshot, reused while the screen has not
 	// changed (dirty false): a step's before is then the previous step's
@@ -79,6 +82,12 @@ func newRecorder(m *Manager, meta Meta, screen Screen, dir string) *Recorder {
 	r.dirty.Store(true)
 	img := r.snap()
 	r.native = img.Rect.Size()
+	r.size = r.native
+	if ss, err := player.ParseScreenshotSize(meta.ScreenshotSize); err == nil {
+		if sc, err := player.NewScaler(r.native.X, r.native.Y, ss); err == nil {
+			r.size.X, r.size.Y = sc.ScreenshotSize()
+		}
+	}
 	r.pics = newPictures(dir, r.native)
 	r.info = api.TrajectoryInfo{
 		ID: meta.ID, Episode: meta.Episode, VM: meta.VM, Pool: meta.Pool, Image: meta.Image,
@@ -197,7 +206,7 @@ func (p *Pending) End(c Call) {
 	x, y := r.screen.CursorPos()
 	size := c.ScreenshotSize
 	if size.X <= 0 || size.Y <= 0 {
-		size = r.native
+		size = r.size
 	}
 	j := job{
 		step: api.TrajectoryStep{
