@@ -171,6 +171,53 @@ func TestE2ETrajectoryPage(t *testing.T) {
 		t.Errorf("an unknown trajectory's page reads %q", got)
 	}
 
+	// A trajectory still recording grows on the page, which follows its
+	// last step.
+	live := filepath.Join(dir, "ep-live", "deskfarm")
+	if err := os.CopyFS(live, os.DirFS(filepath.Join(dir, id, "deskfarm"))); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := os.ReadFile(filepath.Join(live, "trajectory.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := bytes.SplitAfter(lines, []byte("\n"))
+	setInfo := func(state string, n int) {
+		t.Helper()
+		var ti api.TrajectoryInfo
+		b, _ := os.ReadFile(filepath.Join(live, "info.json"))
+		if err := json.Unmarshal(b, &ti); err != nil {
+			t.Fatal(err)
+		}
+		ti.ID, ti.Episode, ti.State, ti.Steps = "ep-live", "ep-live", state, n
+		b, _ = json.Marshal(ti)
+		// As the recorder does, so that the page never reads half a file,
+		// the steps before the info that counts them.
+		for _, f := range []struct {
+			name string
+			data []byte
+		}{{"trajectory.jsonl", bytes.Join(steps[:n], nil)}, {"info.json", b}} {
+			tmp := filepath.Join(live, f.name+".tmp")
+			if err := os.WriteFile(tmp, f.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(live, f.name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	setInfo(api.TrajectoryRecording, 1)
+	do(t, ctx, 20*time.Second, chromedp.Navigate(srv.URL+"/trajectories/ep-live"))
+	poll(t, ctx, 20*time.Second, `document.body.dataset.loaded === 'true'`)
+	if got := text("#count"); got != "1 step" {
+		t.Errorf("the recording trajectory's page reads %q, want 1 step", got)
+	}
+	setInfo(api.TrajectoryFinished, 2)
+	poll(t, ctx, 20*time.Second, `document.getElementById('count').innerText === '2 steps' && document.getElementById('stepno').innerText === 'step 2 of 2'`)
+	if got := text("#summary"); !strings.HasPrefix(got, "finished") {
+		t.Errorf("the trajectory's summary reads %q once finished", got)
+	}
+
 	// The list, the dashboard and the VM page link to it.
 	link := `a[href="/trajectories/` + id + `"]`
 	for _, page := range []string{"/trajectories", "/", "/vms/" + vm.ID} {

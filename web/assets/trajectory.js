@@ -252,8 +252,12 @@ async function load() {
     show(follow ? steps.length - 1 : cur, false);
   }
   document.body.dataset.loaded = 'true';
-  if (traj.state === 'recording') setTimeout(() => load().catch(fail), RELOAD_MS);
+  if (traj.state === 'recording') setTimeout(reload, RELOAD_MS);
 }
+
+// reload reads a recording trajectory again; a failed read says so and
+// tries again (the page already has what it had).
+function reload() { load().catch((e) => { fail(e); setTimeout(reload, RELOAD_MS); }); }
 
 function fail(e) {
   $('summary').textContent = String(e);
