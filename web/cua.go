@@ -45,16 +45,15 @@ func (s *server) cua(w http.ResponseWriter, r *http.Request, t target) error {
 // screenshot of the command reach its note through the context.
 func (s *server) cuaStep(d *desk.Desk) func(context.Context, string, []byte) (context.Context, func([]byte, error)) {
 	return func(ctx context.Context, command string, raw []byte) (context.Context, func([]byte, error)) {
-		rec := s.traj.Recorder(d.VM)
-		if rec == nil {
+		p := s.traj.Recorder(d.VM).Begin() // nil when not recorded
+		if p == nil {
 			return ctx, func([]byte, error) {}
 		}
-		n := &stepNote{kind: api.KindCua, start: time.Now()}
+		n := &stepNote{kind: api.KindCua, start: time.Now(), pending: p}
 		n.call.Kind, n.call.Tool = api.KindCua, "cua"
 		// Cua's coordinates are the screen's own.
 		w, h := d.Display.Size()
 		n.call.ScreenshotSize = image.Pt(w, h)
-		n.pending = rec.Begin()
 		return context.WithValue(ctx, stepKey{}, n), func(reply []byte, err error) {
 			c := &n.call
 			c.Duration = time.Since(n.start)

@@ -218,10 +218,8 @@ func (s *server) begins(h targetHandler) targetHandler {
 	}
 	return func(w http.ResponseWriter, r *http.Request, t target) error {
 		if n := noteFrom(r.Context()); n != nil {
-			if rec := s.traj.Recorder(t.vm); rec != nil {
-				n.call.Kind = n.kind
-				n.start = time.Now()
-				n.pending = rec.Begin()
+			if p := s.traj.Recorder(t.vm).Begin(); p != nil { // nil when not recorded
+				n.call.Kind, n.start, n.pending = n.kind, time.Now(), p
 				t.step = n
 			}
 		}

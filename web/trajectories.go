@@ -72,9 +72,10 @@ func (s *server) startRecording(w http.ResponseWriter, r *http.Request, t target
 	return nil
 }
 
-// record starts a recording. It outlives the request that asked for it.
+// record starts a recording (ctx bounds the start only; the recording
+// outlives the request).
 func (s *server) record(ctx context.Context, meta trajectory.Meta) (api.TrajectoryInfo, error) {
-	info, err := s.traj.Start(context.WithoutCancel(ctx), meta)
+	info, err := s.traj.Start(ctx, meta)
 	if err != nil {
 		return info, fmt.Errorf("record vm %s: %w", meta.VM, err)
 	}
@@ -117,7 +118,7 @@ func (s *server) getTrajectory(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	tr, err := s.traj.Get(id)
 	if err != nil {
-		return trajectoryError(id, err)
+		return err
 	}
 	tr.TrajectoryInfo = withURL(r, tr.TrajectoryInfo)
 	if tr.StepList == nil {
@@ -125,14 +126,6 @@ func (s *server) getTrajectory(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, tr)
 	return nil
-}
-
-// trajectoryError names the trajectory in err.
-func trajectoryError(id string, err error) error {
-	if errors.Is(err, trajectory.ErrNotFound) {
-		return fmt.Errorf("trajectory %q: %w (GET /v1/trajectories lists them)", id, err)
-	}
-	return fmt.Errorf("trajectory %q: %w", id, err)
 }
 
 // Media types of a trajectory's files, by extension. Anything else (the
@@ -161,7 +154,7 @@ func (s *server) trajectoryFile(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	f, mod, err := s.traj.Open(id, name)
 	if err != nil {
-		return trajectoryError(id, err)
+		return err
 	}
 	defer f.Close()
 	h := w.Header()
@@ -248,7 +241,7 @@ func (s *server) export(w http.ResponseWriter, r *http.Request, id string) error
 		return nil
 	}
 	if !lw.started {
-		return trajectoryError(id, err)
+		return err
 	}
 	// Half an archive must not read as a whole one: cut the stream.
 	s.log.Warn("trajectory export failed midway", "episode", id, "op", "trajectory_export", "err", err)
@@ -299,7 +292,7 @@ func (s *server) setTrajectoryResult(w http.ResponseWriter, r *http.Request) err
 	}
 	id := r.PathValue("id")
 	if err := s.traj.SetResult(id, body.Result); err != nil {
-		return trajectoryError(id, err)
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -313,7 +306,7 @@ func (s *server) deleteTrajectory(w http.ResponseWriter, r *http.Request) error 
 	}
 	id := r.PathValue("id")
 	if err := s.traj.Delete(id); err != nil {
-		return trajectoryError(id, err)
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
