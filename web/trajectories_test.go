@@ -19,6 +19,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/desk"
+	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
@@ -56,16 +57,100 @@ func trajServer(t *testing.T) (*httptest.Server, *trajectory.Manager) {
 	desks := desk.New(farm, desk.Options{Log: log, Dial: func(context.Context, vmm.VM, *slog.Logger) (desk.Display, error) {
 		return disp, nil
 	}})
-	m, err := trajectory.New(trajectory.Config{Dir: t.TempDir(), Desks: trajDesks{desks}, Log: log})
+	m := runTrajectories(t, desks, nil)
+	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Logger: log, Trajectories: m}))
+	t.Cleanup(func() { srv.Close(); desks.Close(); farm.Close() })
+	return srv, m
+}
+
+// runTrajectories is a store in a test's temporary dir, run (on eps, if
+// any) until the test ends.
+func runTrajectories(t *testing.T, desks *desk.Pool, eps trajectory.Episodes) *trajectory.Manager {
+	t.Helper()
+	m, err := trajectory.New(trajectory.Config{Dir: t.TempDir(), Desks: trajDesks{desks}, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx, nil) }()
-	srv := httptest.NewServer(NewServer(farm, Options{Desks: desks, Logger: log, Trajectories: m}))
-	t.Cleanup(func() { srv.Close(); cancel(); <-done; desks.Close(); farm.Close() })
-	return srv, m
+	go func() { defer close(done); m.Run(ctx, eps) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
+}
+
+// poolEpisodes is trajectory.Episodes over pools, as serve adapts them.
+type poolEpisodes struct{ m *pool.Manager }
+
+func (p poolEpisodes) Changed() <-chan struct{} { return p.m.Changed() }
+
+func (p poolEpisodes) Active(id string) bool {
+	ep, err := p.m.Get(id)
+	return err == nil && ep.State == pool.EpisodeActive
+}
+
+// An episode started with record is recorded until it ends: its answers
+// say so and link its page, its trajectory ends with it (before its VM is
+// reset) and is exported through the episode; the pool's record default
+// applies to an episode that names none, and record:false overrides it.
+func TestEpisodeRecording(t *testing.T) {
+	srv, _, _, m := poolFarm(t, pool.PoolConfig{Name: "tiny", Image: "tiny", MinWarm: 1, Max: 2, Record: true,
+		RecordOptions: pool.RecordOptions{NoVideo: true}}, Options{}, true)
+	base := srv.URL
+	start := func(body string) api.Episode {
+		t.Helper()
+		status, b := send(t, "POST", base+"/v1/episodes", body)
+		if status != http.StatusCreated {
+			t.Fatalf("start %s: %d %s", body, status, b)
+		}
+		var ep api.Episode
+		json.Unmarshal(b, &ep)
+		return ep
+	}
+	ep := start(`{"pool":"tiny"}`)
+	if !ep.Recording || !strings.HasSuffix(ep.TrajectoryURL, "/trajectories/"+ep.ID) {
+		t.Fatalf("the pool's default did not record: %+v", ep)
+	}
+	if rec := m.Recorder(ep.VM); rec == nil || rec.ID() != ep.ID {
+		t.Fatalf("no recorder of the episode on %s", ep.VM)
+	}
+	if status, b := send(t, "POST", base+"/v1/episodes/"+ep.ID+"/actions", `{"action":{"kind":"screenshot"}}`); status != 200 {
+		t.Fatalf("screenshot: %d %s", status, b)
+	}
+	status, b := send(t, "GET", base+"/v1/episodes/"+ep.ID, "")
+	if status != 200 || !strings.Contains(string(b), `"recording":true`) {
+		t.Fatalf("get: %d %s", status, b)
+	}
+	if status, b = send(t, "DELETE", base+"/v1/episodes/"+ep.ID, ""); status != 200 || strings.Contains(string(b), `"recording":true`) ||
+		!strings.Contains(string(b), `"trajectory_url"`) {
+		t.Fatalf("end: %d %s", status, b)
+	}
+	status, b = send(t, "GET", base+"/v1/trajectories/"+ep.ID, "")
+	var tr api.Trajectory
+	json.Unmarshal(b, &tr)
+	if status != 200 || tr.State != api.TrajectoryFinished || tr.EndReason != "episode ended" || tr.Episode != ep.ID ||
+		tr.Pool != "tiny" || len(tr.StepList) != 1 || !tr.Options.NoVideo {
+		t.Fatalf("trajectory after the end: %d %s", status, b)
+	}
+	resp, err := http.Get(base + "/v1/episodes/" + ep.ID + "/trajectory?format=zip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/zip" || !bytes.HasPrefix(zb, []byte("PK")) {
+		t.Fatalf("episode export: %d %s %.40q", resp.StatusCode, resp.Header, zb)
+	}
+
+	off := start(`{"pool":"tiny","record":false}`)
+	if off.Recording || off.TrajectoryURL != "" || m.Recorder(off.VM) != nil {
+		t.Fatalf("record:false recorded: %+v", off)
+	}
+	// Recording can start later, through the episode: the trajectory is
+	// the episode's.
+	status, b = send(t, "POST", base+"/v1/episodes/"+off.ID+"/recording", `{"no_video":true}`)
+	if status != http.StatusCreated || !strings.Contains(string(b), `"id":"`+off.ID+`"`) {
+		t.Fatalf("record the episode later: %d %s", status, b)
+	}
 }
 
 // wantCode checks an error answer's status, code and field.
