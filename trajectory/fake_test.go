@@ -5,6 +5,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"image"
 	"image/color"
 	"image/draw"
@@ -84,6 +85,19 @@ func (s *fakeScreen) paint(r image.Rectangle, c color.RGBA, x, y int) {
 	s.mu.Unlock()
 	for _, c := range subs {
 		c <- vnc.Damage{Rect: r}
+		c <- vnc.Damage{}
+	}
+}
+
+// set shows img (not copied; the caller keeps it unchanged) and tells
+// the subscribers, as paint does.
+func (s *fakeScreen) set(img *image.RGBA) {
+	s.mu.Lock()
+	s.img = img
+	subs := append([]chan vnc.Damage(nil), s.subs...)
+	s.mu.Unlock()
+	for _, c := range subs {
+		c <- vnc.Damage{Rect: img.Rect}
 		c <- vnc.Damage{}
 	}
 }
@@ -200,8 +214,7 @@ func readArchive(t *testing.T, format string, b []byte) ([]string, map[string][]
 
 // waitKept waits until the recorder's writer has written n steps (a sync
 // point, not a timing assertion: it fails only after a minute).
-func waitKept(t *testing.T, r *Recorder, n int) {
-	t.Helper()
+func waitKept(t testing.TB, r *Recorder, n int) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		r.mu.Lock()
@@ -212,7 +225,7 @@ func waitKept(t *testing.T, r *Recorder, n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("the writer kept fewer than %d steps in a minute", n)
+	panic(fmt.Sprintf("the writer kept fewer than %d steps in a minute", n))
 }
 
 // clock is a settable Now.

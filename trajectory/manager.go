@@ -179,7 +179,7 @@ func (m *Manager) open(ctx context.Context, meta Meta) (*Recorder, error) {
 		os.RemoveAll(filepath.Join(m.cfg.Dir, meta.ID))
 		return nil, fmt.Errorf("trajectory %s: %w", meta.ID, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, stepsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := openAppend(dir)
 	if err != nil {
 		os.RemoveAll(filepath.Join(m.cfg.Dir, meta.ID))
 		return nil, fmt.Errorf("trajectory %s: %w", meta.ID, err)
@@ -223,4 +223,8 @@ func (m *Manager) finished(r *Recorder, info api.TrajectoryInfo) {
 	m.done[r.id] = info
 	m.mu.Unlock()
 	m.prune(r.id)
+}
+
+func openAppend(dir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(dir, stepsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 }
