@@ -16,7 +16,6 @@ import (
 
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
-	"github.com/deskfarm/deskfarm/player"
 )
 
 // desktopPicture draws something that compresses like a desktop: a light
@@ -56,16 +55,18 @@ func desktopPicture(w, h int, seed uint64) *image.RGBA {
 	return img
 }
 
-func encodeAt(b *testing.B, img *image.RGBA, size image.Point) []byte {
-	sc, err := player.NewScaler(img.Rect.Dx(), img.Rect.Dy(), player.ScreenshotSize{Mode: player.SizeFixed, Width: size.X, Height: size.Y})
+// benchRecorder is a recording of a fake 1280x800 screen without video.
+func benchRecorder(b *testing.B) (*Recorder, *fakeScreen) {
+	d := newFakeDesks()
+	m, err := New(Config{Dir: b.TempDir(), Desks: d, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, _, err := player.Encode(sc.Screenshot(img), player.EncodeOptions{})
-	if err != nil {
+	b.Cleanup(func() { m.stopAll("done") })
+	if _, err := m.Start(context.Background(), Meta{VM: "vm", Options: api.RecordOptions{NoVideo: true}}); err != nil {
 		b.Fatal(err)
 	}
-	return p
+	return m.Recorder("vm"), d.screen("vm")
 }
 
 // threadCPU is the calling thread's CPU time (RUSAGE_THREAD): what a
@@ -94,17 +95,7 @@ var benchSizes = []image.Point{{1280, 800}, {1024, 640}}
 func BenchmarkEnd(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("agent=%dx%d", size.X, size.Y), func(b *testing.B) {
-			d := newFakeDesks()
-			m, err := New(Config{Dir: b.TempDir(), Desks: d, Log: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.stopAll("done")
-			s := d.screen("vm")
-			if _, err := m.Start(context.Background(), Meta{VM: "vm", Options: api.RecordOptions{NoVideo: true}}); err != nil {
-				b.Fatal(err)
-			}
-			r := m.Recorder("vm")
+			r, s := benchRecorder(b)
 			pics := make([]*image.RGBA, 8)
 			shots := make([][]byte, len(pics))
 			resps := make([]json.RawMessage, len(pics))
@@ -148,18 +139,10 @@ func BenchmarkEnd(b *testing.B) {
 func BenchmarkWriter(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("agent=%dx%d", size.X, size.Y), func(b *testing.B) {
-			d := newFakeDesks()
-			m, err := New(Config{Dir: b.TempDir(), Desks: d, Log: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.stopAll("done")
-			if _, err := m.Start(context.Background(), Meta{VM: "vm", Options: api.RecordOptions{NoVideo: true}}); err != nil {
-				b.Fatal(err)
-			}
-			r := m.Recorder("vm")
+			r, _ := benchRecorder(b)
 			r.stop("benchmark") // the writer goroutine ends; the benchmark writes itself
 			<-r.done
+			var err error
 			r.steps, err = openAppend(r.dir)
 			if err != nil {
 				b.Fatal(err)

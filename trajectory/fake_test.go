@@ -155,7 +155,12 @@ func (d *fakeDesks) input(vm string) chan desk.HumanInput {
 // scaled to size, PNG at BestSpeed.
 func agentPNG(t testing.TB, s *fakeScreen, size image.Point) []byte {
 	t.Helper()
-	img := s.Snapshot()
+	return encodeAt(t, s.Snapshot(), size)
+}
+
+// encodeAt is img scaled to size as the agent's screenshots are, in PNG.
+func encodeAt(t testing.TB, img *image.RGBA, size image.Point) []byte {
+	t.Helper()
 	sc, err := player.NewScaler(img.Rect.Dx(), img.Rect.Dy(), player.ScreenshotSize{Mode: player.SizeFixed, Width: size.X, Height: size.Y})
 	if err != nil {
 		t.Fatal(err)
