@@ -3,7 +3,6 @@ package trajectory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -64,7 +63,7 @@ func (r *Recorder) startVideo() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rec, err := startVideo(ctx, r.screen, r.videoPath(), video.Options{FFmpeg: bin, Log: r.log, VM: r.meta.VM})
+	rec, err := video.Start(ctx, r.screen, r.videoPath(), video.Options{FFmpeg: bin, Log: r.log, VM: r.meta.VM})
 	if err != nil {
 		r.log.Warn("trajectory without video", "id", r.id, "err", err)
 		return
@@ -126,16 +125,4 @@ func (r *Recorder) a11y(s *api.TrajectoryStep) error {
 	r.written.Add(n)
 	s.A11yTree = name
 	return nil
-}
-
-// startVideo is video.Start, except that the contract's stub (which
-// panics "not yet") is an error. Remove the recover once package video's
-// Start is on main.
-func startVideo(ctx context.Context, f video.Frames, path string, o video.Options) (rec *video.Recording, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			rec, err = nil, fmt.Errorf("package video: %v", p)
-		}
-	}()
-	return video.Start(ctx, f, path, o)
 }

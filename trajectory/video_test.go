@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/color"
 	"os"
 	"os/exec"
@@ -13,26 +14,17 @@ import (
 	"testing"
 
 	"github.com/deskfarm/deskfarm/api"
-	"github.com/deskfarm/deskfarm/video"
+	"github.com/deskfarm/deskfarm/internal/testenv"
 )
 
-// needVideo skips while package video's Start is the contract's stub (it
-// panics "not yet"), i.e. until helper video's work is merged; then the
-// tests run with the real ffmpeg.
+// needVideo skips without ffmpeg and ffprobe (Debian's ffmpeg package;
+// scripts/setup-host installs it).
 func needVideo(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("ffmpeg"); err != nil {
-		t.Skip("no ffmpeg")
-	}
-	if _, err := exec.LookPath("ffprobe"); err != nil {
-		t.Skip("no ffprobe")
-	}
-	rec, err := startVideo(context.Background(), newFakeScreen(16, 16), filepath.Join(t.TempDir(), "probe.mp4"), video.Options{})
-	if err != nil && strings.Contains(err.Error(), "not yet") {
-		t.Skip("package video is the contract's stub on this branch")
-	}
-	if err == nil {
-		rec.Stop(context.Background())
+	for _, bin := range []string{"ffmpeg", "ffprobe"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			testenv.Unavailable(t, fmt.Sprintf("no %s: %v", bin, err))
+		}
 	}
 }
 
