@@ -237,18 +237,7 @@ func TestDroppedSteps(t *testing.T) {
 // log says so with the VM and the episode, the steps written stay
 // readable and exportable, and the caller's Begin/End go on harmlessly.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir, err := os.MkdirTemp("/var/lib", "deskfarm-test-traj-")
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	dir := mountTmpfs(t, "1m")
 	var logs syncBuffer
 	m, _ := newTestManager(t, Config{Dir: dir, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if _, err := m.Start(context.Background(), Meta{ID: "ep-d", Episode: "ep-d", VM: "vm-d", Options: api.RecordOptions{NoVideo: true}}); err != nil {
@@ -283,6 +272,25 @@ func TestDiskFull(t *testing.T) {
 	if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "op=trajectory vm=vm-d episode=ep-d") || !strings.Contains(l, "disk full") {
 		t.Errorf("log:\n%s", l)
 	}
+}
+
+// mountTmpfs mounts a tmpfs of size under /var/lib for the test (a full
+// disk that is real, and small).
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir, err := os.MkdirTemp("/var/lib", "deskfarm-test-traj-")
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	return dir
 }
 
 type syncBuffer struct {

@@ -3,8 +3,10 @@ package trajectory
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"image"
 	"image/color"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/internal/testenv"
@@ -100,5 +103,49 @@ func TestNoFFmpeg(t *testing.T) {
 	names, _ := readArchive(t, api.ExportZip, buf.Bytes())
 	if info.Video != "" || fin.Video != "" || fin.Steps != 1 || strings.Contains(strings.Join(names, " "), "mp4") {
 		t.Errorf("without ffmpeg: video %q/%q, %d steps, export %v", info.Video, fin.Video, fin.Steps, names)
+	}
+}
+
+// TestVideoDiskFull: a video that fills the disk stops the recording with
+// "disk full" as the steps' writes do; the steps kept stay.
+func TestVideoDiskFull(t *testing.T) {
+	needVideo(t)
+	dir := mountTmpfs(t, "512k")
+	m, d := newTestManager(t, Config{Dir: dir})
+	s := d.screen("vm-f")
+	if _, err := m.Start(context.Background(), Meta{ID: "ep-f", Episode: "ep-f", VM: "vm-f"}); err != nil {
+		t.Fatal(err)
+	}
+	r := m.Recorder("vm-f")
+	p := r.Begin()
+	p.End(Call{Kind: api.KindExec, Request: json.RawMessage(`{"argv":["true"]}`), Status: 200,
+		Exec: &api.StepExec{Argv: []string{"true"}}})
+	waitKept(t, r, 1)
+	// Noise compresses badly: ffmpeg's fragments fill 512 KiB in seconds.
+	noise := image.NewRGBA(image.Rect(0, 0, 1280, 800))
+	deadline := time.After(2 * time.Minute)
+	for stopped := false; !stopped; {
+		rand.Read(noise.Pix)
+		for i := 3; i < len(noise.Pix); i += 4 {
+			noise.Pix[i] = 255
+		}
+		frame := image.NewRGBA(noise.Rect)
+		copy(frame.Pix, noise.Pix)
+		s.set(frame)
+		select {
+		case <-r.done:
+			stopped = true
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the video did not fill 512 KiB in two minutes")
+		}
+	}
+	tr, err := m.Get("ep-f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stopped: %s", tr.Stopped)
+	if !strings.HasPrefix(tr.Stopped, "disk full: ") || tr.State != api.TrajectoryFinished || len(tr.StepList) != 1 || tr.StepList[0].Exec == nil {
+		t.Errorf("after the video filled the disk: %+v, steps %+v", tr.TrajectoryInfo, tr.StepList)
 	}
 }
