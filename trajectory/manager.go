@@ -30,7 +30,10 @@ type Manager struct {
 	// Starts cannot both pass.
 	starting map[string]bool
 	done     map[string]api.TrajectoryInfo // trajectories not recording, by id
-	wg       sync.WaitGroup                // recorders' goroutines
+	// doneBytes is the sum of done's Bytes, so the budget check each step
+	// makes does not walk them all.
+	doneBytes int64
+	wg        sync.WaitGroup // recorders' goroutines
 }
 
 // New opens the store (finishing as interrupted any trajectory a previous
@@ -59,6 +62,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := m.load(); err != nil {
 		return nil, err
 	}
+	m.expire()
 	m.prune()
 	return m, nil
 }
@@ -86,6 +90,7 @@ func (m *Manager) Run(ctx context.Context, eps Episodes) error {
 				}
 			}
 		case <-tick.C:
+			m.expire()
 			m.prune()
 		}
 	}
@@ -221,6 +226,7 @@ func (m *Manager) finished(r *Recorder, info api.TrajectoryInfo) {
 		delete(m.byVM, r.meta.VM)
 	}
 	m.done[r.id] = info
+	m.doneBytes += info.Bytes
 	m.mu.Unlock()
 	m.prune(r.id)
 }

@@ -156,6 +156,7 @@ func (m *Manager) load() error {
 			m.log.Info("trajectory interrupted by a restart", "op", "trajectory", "episode", info.Episode, "vm", info.VM, "id", info.ID, "steps", info.Steps)
 		}
 		m.done[info.ID] = info
+		m.doneBytes += info.Bytes
 	}
 	return nil
 }
@@ -305,6 +306,7 @@ func (m *Manager) removeLocked(id, why string) error {
 		return fmt.Errorf("remove trajectory %s: %w", id, err)
 	}
 	delete(m.done, id)
+	m.doneBytes -= info.Bytes
 	m.log.Info("trajectory removed", "op", "trajectory", "id", id, "episode", info.Episode, "vm", info.VM, "why", why, "bytes", info.Bytes)
 	return nil
 }
