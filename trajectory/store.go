@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/deskfarm/deskfarm/api"
@@ -49,9 +50,18 @@ func writeInfo(dir string, info api.TrajectoryInfo) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", infoFile, err)
 	}
+	b = append(b, '\n')
 	tmp := filepath.Join(dir, infoFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		os.Remove(tmp)
+		if errors.Is(err, syscall.ENOSPC) {
+			// A full disk has no block for a second copy, but truncating
+			// the old one frees the block the new one needs: not atomic,
+			// and better than an info.json that still says recording.
+			if err := os.WriteFile(filepath.Join(dir, infoFile), b, 0o644); err == nil {
+				return nil
+			}
+		}
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, infoFile)); err != nil {

@@ -268,6 +268,10 @@ func TestDiskFull(t *testing.T) {
 	if len(names) < 4 || !strings.HasPrefix(names[3], "step_3_") {
 		t.Errorf("export after the disk filled: %v", names)
 	}
+	// What the disk holds says so too, for the next run.
+	if disk, err := readInfo(m.dataDir("ep-d")); err != nil || !strings.HasPrefix(disk.Stopped, "disk full: ") || disk.State != api.TrajectoryFinished {
+		t.Errorf("info.json after the disk filled: %+v (%v)", disk, err)
+	}
 	l := logs.String()
 	if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "op=trajectory vm=vm-d episode=ep-d") || !strings.Contains(l, "disk full") {
 		t.Errorf("log:\n%s", l)
