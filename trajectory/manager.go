@@ -136,7 +136,11 @@ func (m *Manager) Start(ctx context.Context, meta Meta) (api.TrajectoryInfo, err
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, fmt.Errorf("VM %s: %w", meta.VM, ErrRecording)
 	}
-	if _, ok := m.done[meta.ID]; ok {
+	_, exists := m.done[meta.ID]
+	for _, r := range m.byVM {
+		exists = exists || r.id == meta.ID
+	}
+	if exists {
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, fmt.Errorf("trajectory %s exists: %w", meta.ID, ErrRecording)
 	}

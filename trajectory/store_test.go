@@ -63,6 +63,9 @@ func TestRestartInterrupted(t *testing.T) {
 	shot := claudeStep(t, r, d.screen("vm-r"), color.RGBA{0, 200, 0, 255}, 1, 2)
 	waitKept(t, r, 1)
 
+	if _, err := m1.Start(context.Background(), Meta{ID: "ep-r", VM: "vm-other"}); !errors.Is(err, ErrRecording) {
+		t.Errorf("Start of a trajectory id recording on another VM: %v", err)
+	}
 	m2, _ := newTestManager(t, Config{Dir: m1.cfg.Dir})
 	l := m2.List()
 	if len(l.Trajectories) != 1 {
