@@ -26,8 +26,8 @@ type Manager struct {
 
 	mu   sync.Mutex
 	byVM map[string]*Recorder // recordings running, by VM
-	// starting holds the VMs whose recording is being started, so two
-	// Starts cannot both pass.
+	// starting holds the VMs ("vm:"+name) and ids ("id:"+id) of the
+	// recordings being started, so two Starts cannot both pass.
 	starting map[string]bool
 	done     map[string]api.TrajectoryInfo // trajectories not recording, by id
 	// doneBytes is the sum of done's Bytes, so the budget check each step
@@ -132,9 +132,9 @@ func (m *Manager) Start(ctx context.Context, meta Meta) (api.TrajectoryInfo, err
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, fmt.Errorf("VM %s (trajectory %s): %w", meta.VM, r.id, ErrRecording)
 	}
-	if m.starting[meta.VM] {
+	if m.starting["vm:"+meta.VM] || m.starting["id:"+meta.ID] {
 		m.mu.Unlock()
-		return api.TrajectoryInfo{}, fmt.Errorf("VM %s: %w", meta.VM, ErrRecording)
+		return api.TrajectoryInfo{}, fmt.Errorf("VM %s (trajectory %s): %w", meta.VM, meta.ID, ErrRecording)
 	}
 	_, exists := m.done[meta.ID]
 	for _, r := range m.byVM {
@@ -144,7 +144,7 @@ func (m *Manager) Start(ctx context.Context, meta Meta) (api.TrajectoryInfo, err
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, fmt.Errorf("trajectory %s exists: %w", meta.ID, ErrRecording)
 	}
-	m.starting[meta.VM] = true
+	m.starting["vm:"+meta.VM], m.starting["id:"+meta.ID] = true, true
 	m.mu.Unlock()
 
 	r, err := m.open(ctx, meta)
@@ -152,7 +152,8 @@ func (m *Manager) Start(ctx context.Context, meta Meta) (api.TrajectoryInfo, err
 		r.startMedia()
 	}
 	m.mu.Lock()
-	delete(m.starting, meta.VM)
+	delete(m.starting, "vm:"+meta.VM)
+	delete(m.starting, "id:"+meta.ID)
 	if err != nil {
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, err
