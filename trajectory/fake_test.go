@@ -5,6 +5,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"image"
 	"image/color"
 	"image/draw"
@@ -88,6 +89,19 @@ func (s *fakeScreen) paint(r image.Rectangle, c color.RGBA, x, y int) {
 	}
 }
 
+// set shows img (not copied; the caller keeps it unchanged) and tells
+// the subscribers, as paint does.
+func (s *fakeScreen) set(img *image.RGBA) {
+	s.mu.Lock()
+	s.img = img
+	subs := append([]chan vnc.Damage(nil), s.subs...)
+	s.mu.Unlock()
+	for _, c := range subs {
+		c <- vnc.Damage{Rect: img.Rect}
+		c <- vnc.Damage{}
+	}
+}
+
 func (s *fakeScreen) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,7 +155,12 @@ func (d *fakeDesks) input(vm string) chan desk.HumanInput {
 // scaled to size, PNG at BestSpeed.
 func agentPNG(t testing.TB, s *fakeScreen, size image.Point) []byte {
 	t.Helper()
-	img := s.Snapshot()
+	return encodeAt(t, s.Snapshot(), size)
+}
+
+// encodeAt is img scaled to size as the agent's screenshots are, in PNG.
+func encodeAt(t testing.TB, img *image.RGBA, size image.Point) []byte {
+	t.Helper()
 	sc, err := player.NewScaler(img.Rect.Dx(), img.Rect.Dy(), player.ScreenshotSize{Mode: player.SizeFixed, Width: size.X, Height: size.Y})
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +219,7 @@ func readArchive(t *testing.T, format string, b []byte) ([]string, map[string][]
 
 // waitKept waits until the recorder's writer has written n steps (a sync
 // point, not a timing assertion: it fails only after a minute).
-func waitKept(t *testing.T, r *Recorder, n int) {
-	t.Helper()
+func waitKept(t testing.TB, r *Recorder, n int) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		r.mu.Lock()
@@ -212,7 +230,7 @@ func waitKept(t *testing.T, r *Recorder, n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("the writer kept fewer than %d steps in a minute", n)
+	panic(fmt.Sprintf("the writer kept fewer than %d steps in a minute", n))
 }
 
 // clock is a settable Now.

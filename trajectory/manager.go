@@ -26,11 +26,14 @@ type Manager struct {
 
 	mu   sync.Mutex
 	byVM map[string]*Recorder // recordings running, by VM
-	// starting holds the VMs whose recording is being started, so two
-	// Starts cannot both pass.
+	// starting holds the VMs ("vm:"+name) and ids ("id:"+id) of the
+	// recordings being started, so two Starts cannot both pass.
 	starting map[string]bool
 	done     map[string]api.TrajectoryInfo // trajectories not recording, by id
-	wg       sync.WaitGroup                // recorders' goroutines
+	// doneBytes is the sum of done's Bytes, so the budget check each step
+	// makes does not walk them all.
+	doneBytes int64
+	wg        sync.WaitGroup // recorders' goroutines
 }
 
 // New opens the store (finishing as interrupted any trajectory a previous
@@ -59,6 +62,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := m.load(); err != nil {
 		return nil, err
 	}
+	m.expire()
 	m.prune()
 	return m, nil
 }
@@ -86,6 +90,7 @@ func (m *Manager) Run(ctx context.Context, eps Episodes) error {
 				}
 			}
 		case <-tick.C:
+			m.expire()
 			m.prune()
 		}
 	}
@@ -127,15 +132,19 @@ func (m *Manager) Start(ctx context.Context, meta Meta) (api.TrajectoryInfo, err
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, fmt.Errorf("VM %s (trajectory %s): %w", meta.VM, r.id, ErrRecording)
 	}
-	if m.starting[meta.VM] {
+	if m.starting["vm:"+meta.VM] || m.starting["id:"+meta.ID] {
 		m.mu.Unlock()
-		return api.TrajectoryInfo{}, fmt.Errorf("VM %s: %w", meta.VM, ErrRecording)
+		return api.TrajectoryInfo{}, fmt.Errorf("VM %s (trajectory %s): %w", meta.VM, meta.ID, ErrRecording)
 	}
-	if _, ok := m.done[meta.ID]; ok {
+	_, exists := m.done[meta.ID]
+	for _, r := range m.byVM {
+		exists = exists || r.id == meta.ID
+	}
+	if exists {
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, fmt.Errorf("trajectory %s exists: %w", meta.ID, ErrRecording)
 	}
-	m.starting[meta.VM] = true
+	m.starting["vm:"+meta.VM], m.starting["id:"+meta.ID] = true, true
 	m.mu.Unlock()
 
 	r, err := m.open(ctx, meta)
@@ -143,7 +152,8 @@ func (m *Manager) Start(ctx context.Context, meta Meta) (api.TrajectoryInfo, err
 		r.startMedia()
 	}
 	m.mu.Lock()
-	delete(m.starting, meta.VM)
+	delete(m.starting, "vm:"+meta.VM)
+	delete(m.starting, "id:"+meta.ID)
 	if err != nil {
 		m.mu.Unlock()
 		return api.TrajectoryInfo{}, err
@@ -179,7 +189,7 @@ func (m *Manager) open(ctx context.Context, meta Meta) (*Recorder, error) {
 		os.RemoveAll(filepath.Join(m.cfg.Dir, meta.ID))
 		return nil, fmt.Errorf("trajectory %s: %w", meta.ID, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, stepsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := openAppend(dir)
 	if err != nil {
 		os.RemoveAll(filepath.Join(m.cfg.Dir, meta.ID))
 		return nil, fmt.Errorf("trajectory %s: %w", meta.ID, err)
@@ -221,6 +231,11 @@ func (m *Manager) finished(r *Recorder, info api.TrajectoryInfo) {
 		delete(m.byVM, r.meta.VM)
 	}
 	m.done[r.id] = info
+	m.doneBytes += info.Bytes
 	m.mu.Unlock()
 	m.prune(r.id)
+}
+
+func openAppend(dir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(dir, stepsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 }

@@ -105,10 +105,19 @@ func (r *Recorder) stopVideo(ctx context.Context) *video.Info {
 }
 
 // a11y keeps the accessibility tree after the step, with A11y on a farm
-// that reads them; a tree that cannot be read is left out (the step says
-// nothing of it), a tree that cannot be written stops the recording.
+// that reads them. Reading one takes the guest a second or more, so it is
+// read only when no later step waits for the writer (the tree is then the
+// screen just after the step, and a backlog never grows from it); a tree
+// that is skipped or cannot be read is left out (the step names none), a
+// tree that cannot be written stops the recording.
 func (r *Recorder) a11y(s *api.TrajectoryStep) error {
 	if !r.meta.Options.A11y || r.m.cfg.A11y == nil {
+		return nil
+	}
+	r.mu.Lock()
+	backlog := len(r.queue)
+	r.mu.Unlock()
+	if backlog > 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a11yTimeout)

@@ -46,35 +46,43 @@ func (m *Manager) oldestFinishedLocked() []api.TrajectoryInfo {
 	return out
 }
 
-// prune applies retention and then the budget to the finished
-// trajectories, sparing keep (one that just finished: it goes first at the
-// next prune, not the moment it ends); it returns the bytes the recordings
-// take beyond what is left of the budget (0 when within).
-func (m *Manager) prune(keep ...string) int64 {
+// expire removes the finished trajectories older than the retention (at
+// New and every pruneEvery).
+func (m *Manager) expire() {
+	if m.cfg.Retention < 0 {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	old := m.oldestFinishedLocked()
-	if m.cfg.Retention >= 0 {
-		for _, info := range old {
-			end := info.StartedAt
-			if info.EndedAt != nil {
-				end = *info.EndedAt
-			}
-			if now.Sub(end) > m.cfg.Retention {
-				m.removeLocked(info.ID, fmt.Sprintf("older than the retention of %s", m.cfg.Retention))
-			}
+	for _, info := range m.done {
+		end := info.StartedAt
+		if info.EndedAt != nil {
+			end = *info.EndedAt
+		}
+		if now.Sub(end) > m.cfg.Retention {
+			m.removeLocked(info.ID, fmt.Sprintf("older than the retention of %s", m.cfg.Retention))
 		}
 	}
+}
+
+// prune applies the budget to the finished trajectories, oldest first,
+// sparing keep (one that just finished: it goes first at the next prune,
+// not the moment it ends); it returns the bytes the recordings take beyond
+// what is left of the budget (0 when within). It runs after every step, so
+// within the budget it only adds.
+func (m *Manager) prune(keep ...string) int64 {
 	if m.cfg.BudgetBytes < 0 {
 		return 0
 	}
-	var total int64
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	total := m.doneBytes
 	for _, r := range m.byVM {
 		total += r.bytes()
 	}
-	for _, info := range m.done {
-		total += info.Bytes
+	if total <= m.cfg.BudgetBytes {
+		return 0
 	}
 	for _, info := range m.oldestFinishedLocked() {
 		if total <= m.cfg.BudgetBytes {

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/deskfarm/deskfarm/api"
@@ -49,9 +50,18 @@ func writeInfo(dir string, info api.TrajectoryInfo) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", infoFile, err)
 	}
+	b = append(b, '\n')
 	tmp := filepath.Join(dir, infoFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		os.Remove(tmp)
+		if errors.Is(err, syscall.ENOSPC) {
+			// A full disk has no block for a second copy, but truncating
+			// the old one frees the block the new one needs: not atomic,
+			// and better than an info.json that still says recording.
+			if err := os.WriteFile(filepath.Join(dir, infoFile), b, 0o644); err == nil {
+				return nil
+			}
+		}
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, infoFile)); err != nil {
@@ -156,6 +166,7 @@ func (m *Manager) load() error {
 			m.log.Info("trajectory interrupted by a restart", "op", "trajectory", "episode", info.Episode, "vm", info.VM, "id", info.ID, "steps", info.Steps)
 		}
 		m.done[info.ID] = info
+		m.doneBytes += info.Bytes
 	}
 	return nil
 }
@@ -305,6 +316,7 @@ func (m *Manager) removeLocked(id, why string) error {
 		return fmt.Errorf("remove trajectory %s: %w", id, err)
 	}
 	delete(m.done, id)
+	m.doneBytes -= info.Bytes
 	m.log.Info("trajectory removed", "op", "trajectory", "id", id, "episode", info.Episode, "vm", info.VM, "why", why, "bytes", info.Bytes)
 	return nil
 }

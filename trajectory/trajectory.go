@@ -61,7 +61,8 @@ type Config struct {
 	// trajectories/).
 	Dir string
 	// BudgetBytes caps the store: past it the oldest finished trajectories
-	// are removed (default 20 GiB).
+	// are removed, and a recording that alone exceeds it stops (default
+	// 20 GiB; negative: no cap).
 	BudgetBytes int64
 	// Retention removes finished trajectories older than this (default
 	// 7 days; negative keeps them forever).

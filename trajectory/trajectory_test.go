@@ -303,3 +303,52 @@ func TestListNewestFirst(t *testing.T) {
 		t.Errorf("the deleted trajectory's directory: %v", err)
 	}
 }
+
+// TestFileAndExecSteps: exec and file steps keep sizes and hashes; the
+// contents only with keep_files; an answer that is not JSON is kept as a
+// string; traj.jsonl's action for them is the request.
+func TestFileAndExecSteps(t *testing.T) {
+	m, _ := newTestManager(t, Config{})
+	for _, keep := range []bool{false, true} {
+		id := fmt.Sprintf("ep-keep-%v", keep)
+		if _, err := m.Start(context.Background(), Meta{ID: id, VM: "vm", Options: api.RecordOptions{NoVideo: true, KeepFiles: keep}}); err != nil {
+			t.Fatal(err)
+		}
+		r := m.Recorder("vm")
+		data := []byte("hello, file\n")
+		sum := sha256.Sum256(data)
+		r.Begin().End(Call{Kind: api.KindFileRead, Request: json.RawMessage(`{"path":"/tmp/a.txt"}`), Status: 200,
+			File: &api.StepFile{Path: "/tmp/a.txt", Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}, FileData: data})
+		r.Begin().End(Call{Kind: api.KindExec, Request: json.RawMessage(`{"argv":["ls","/nope"]}`), Status: 502, IsError: true,
+			Response: json.RawMessage("<html>bad gateway</html>"), Error: &api.ErrorBody{Code: "guest_error", Message: "exit 2"},
+			Exec: &api.StepExec{Argv: []string{"ls", "/nope"}, ExitCode: 2, StderrBytes: 40}})
+		if _, err := m.Stop(context.Background(), "vm", "stopped"); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := m.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, e := tr.StepList[0], tr.StepList[1]
+		if f.File == nil || f.File.SHA256 != hex.EncodeToString(sum[:]) || (f.File.Kept != "") != keep {
+			t.Errorf("keep_files %v: file step %+v", keep, f.File)
+		}
+		if keep && !bytes.Equal(readFile(t, m, id, f.File.Kept), data) {
+			t.Errorf("kept file differs")
+		}
+		if e.Exec == nil || e.Exec.ExitCode != 2 || !e.IsError || e.Error.Code != "guest_error" || string(e.Response) != `"\u003chtml\u003ebad gateway\u003c/html\u003e"` {
+			t.Errorf("exec step %+v, response %s", e.Exec, e.Response)
+		}
+		var buf bytes.Buffer
+		if err := m.Export(context.Background(), id, api.ExportTar, &buf); err != nil {
+			t.Fatal(err)
+		}
+		_, files := readArchive(t, api.ExportTar, buf.Bytes())
+		lines := bytes.Split(bytes.TrimSpace(files["traj.jsonl"]), []byte("\n"))
+		var l2 api.OSWorldTrajLine
+		json.Unmarshal(lines[1], &l2)
+		if a, _ := json.Marshal(l2.Action); string(a) != `{"argv":["ls","/nope"]}` || l2.Info["is_error"] != true || l2.Info["kind"] != "exec" {
+			t.Errorf("exec line %s", lines[1])
+		}
+	}
+}
