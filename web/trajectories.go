@@ -7,6 +7,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,7 +125,12 @@ func (s *server) getTrajectory(w http.ResponseWriter, r *http.Request) error {
 	if tr.StepList == nil {
 		tr.StepList = []api.TrajectoryStep{}
 	}
-	writeJSON(w, http.StatusOK, tr)
+	// The steps' requests and answers as recorded: no HTML escaping.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(tr) //nolint:errcheck // the client went away; nothing to tell it
 	return nil
 }
 
