@@ -131,8 +131,14 @@ type Recording struct {
 //   - -use_wallclock_as_timestamps stamps each frame when ffmpeg reads it;
 //     the rawvideo demuxer keeps stamps in 1/framerate units, so the input
 //     -framerate 1000 is a millisecond clock, not a rate.
+//   - no probing (-probesize 32, -analyzeduration 0): the command line
+//     says all there is to know of the input, and ffmpeg's default probe
+//     holds back up to 5 s or 5 MB of frames before it writes anything,
+//     which a kill then loses.
 //   - -fps_mode vfr (ffmpeg 5.1) keeps those stamps, dropping only a frame
-//     that lands on its predecessor's millisecond.
+//     that lands on its predecessor's millisecond; -r 1000 is again the
+//     millisecond, the unit of the encoder's clock and of the length
+//     given to the last frame.
 //   - frames come in as yuv420p (yuv.go converts them): even sides, an
 //     odd screen padded with black; tagged BT.601 limited range, the
 //     conversion's.
@@ -144,7 +150,7 @@ type Recording struct {
 //     last complete fragment if ffmpeg dies.
 func args(w, h int, out string) []string {
 	return []string{"-hide_banner", "-loglevel", "error", "-nostdin",
-		"-use_wallclock_as_timestamps", "1",
+		"-use_wallclock_as_timestamps", "1", "-probesize", "32", "-analyzeduration", "0", "-fpsprobesize", "0",
 		"-f", "rawvideo", "-pix_fmt", "yuv420p", "-s", fmt.Sprintf("%dx%d", w, h),
 		"-framerate", "1000", "-i", "pipe:0",
 		"-an", "-r", "1000", "-fps_mode", "vfr",
