@@ -1,14 +1,17 @@
 // Package video owns screen recordings: a VM's live picture encoded on the
-// host by ffmpeg (Debian's package) into H.264 in a fragmented MP4 that
-// follows the screen, a frame per change up to MaxFPS and nothing while the
-// screen is still, and that stays playable if the process dies mid-way.
-// The trajectory recorder and OSWorld's start/end_recording use it.
+// host by ffmpeg (Debian's package) into H.264 in an MP4 that follows the
+// screen, a frame per change up to MaxFPS and nothing while the screen is
+// still, and that stays playable if the process dies mid-way. The
+// trajectory recorder and OSWorld's start/end_recording use it.
 //
-// Frames go to ffmpeg raw (RGBA) on a pipe and ffmpeg stamps each with the
-// wall clock as it reads it, so a frame's time in the video is the time the
-// screen showed it, whatever the gaps between frames: variable frame rate,
-// where a still minute costs nothing. At Stop the picture is written once
-// more so the video lasts until then.
+// Frames go to ffmpeg raw on a pipe, converted here to YUV 4:2:0 (only the
+// rows that changed; yuv.go), and ffmpeg stamps each with the wall clock as
+// it reads it, so a frame's time in the video is the time the screen showed
+// it, whatever the gaps between frames: variable frame rate, where a still
+// minute costs nothing. While recording the file is a fragmented MP4 (a
+// kill loses at most the last second); at Stop the picture is written once
+// more, so the video lasts until then, and the file is remuxed into a plain
+// MP4 whose length any reader sees.
 package video
 
 import (
@@ -127,7 +130,7 @@ type Recording struct {
 	remuxCPU time.Duration
 }
 
-// args is ffmpeg's command line for w x h RGBA frames on stdin.
+// args is ffmpeg's command line for w x h yuv420p frames on stdin.
 //   - -use_wallclock_as_timestamps stamps each frame when ffmpeg reads it;
 //     the rawvideo demuxer keeps stamps in 1/framerate units, so the input
 //     -framerate 1000 is a millisecond clock, not a rate.
