@@ -99,7 +99,7 @@ func TestCoalesceTakeoverCapture(t *testing.T) {
 		`{"kind":"key","keys":["Return"]}`,
 		`{"kind":"key","keys":["Control_L","l"]}`,
 		`{"kind":"type","text":"Hello, World!"}`,
-		`{"kind":"key","keys":["Control_L","Shift_L","t"]}`,
+		`{"kind":"key","keys":["Control_L","Shift_L","T"]}`,
 		`{"kind":"scroll","x":600,"y":499,"direction":"down","amount":3}`,
 		`{"kind":"drag","x":699,"y":450,"from":{"x":399,"y":299},"via":[{"x":419,"y":310},{"x":440,"y":319},` +
 			`{"x":460,"y":330},{"x":480,"y":339},{"x":499,"y":350},{"x":519,"y":359},{"x":539,"y":369},` +
@@ -276,8 +276,8 @@ func TestCoalesceRules(t *testing.T) {
 			[]string{`{"kind":"type","text":"Ab"}`}},
 		{"ctrl+click is a click with a modifier, not a Ctrl key", newInputScript().down(ksCtrl).click(7, 8, 1).up(ksCtrl),
 			[]string{`{"kind":"click","x":7,"y":8,"button":"left","count":1,"modifiers":["Control_L"]}`}},
-		{"ctrl+plus drops the Shift that plus implies", newInputScript().down(ksCtrl).down(ksShift).tap('+').up(ksShift).up(ksCtrl),
-			[]string{`{"kind":"key","keys":["Control_L","plus"]}`}},
+		{"ctrl+plus keeps the Shift the person held", newInputScript().down(ksCtrl).down(ksShift).tap('+').up(ksShift).up(ksCtrl),
+			[]string{`{"kind":"key","keys":["Control_L","Shift_L","plus"]}`}},
 		{"ctrl+wheel is a scroll with a modifier", newInputScript().down(ksCtrl).click(9, 9, 8).click(9, 9, 8).up(ksCtrl),
 			[]string{`{"kind":"scroll","x":9,"y":9,"modifiers":["Control_L"],"direction":"up","amount":2}`}},
 		{"the wheel's reverse is a new scroll", newInputScript().click(9, 9, 16).click(9, 9, 16).click(9, 9, 8).click(9, 9, 64),
