@@ -178,6 +178,8 @@ func (c *Coalescer) key(in desk.HumanInput) []actions.Action {
 	c.modsUsed = true
 	if r, ok := keysymRune(in.Keysym); ok && !c.chording() {
 		var out []actions.Action
+		// The cap is counted in bytes, at least the characters: a
+		// TypeText stays within actions.MaxTextRunes.
 		if c.open != openText || in.Time.Sub(c.last) > TextPause || len(c.text)+utf8.RuneLen(r) > actions.MaxTextRunes {
 			out = c.close(nil)
 		}
