@@ -88,7 +88,7 @@ func sameActionLines(t *testing.T, what string, got, want []string) {
 }
 
 // A real takeover session (noVNC in Chromium on the tiny image) becomes the
-// actions the person meant, each a valid neutralJSON action that decodes back
+// actions the person meant, each a valid neutral action that decodes back
 // to itself: the trajectory's replay plays exactly these.
 func TestCoalesceTakeoverCapture(t *testing.T) {
 	ins := loadCapture(t, "takeover-tiny-novnc.jsonl")
@@ -111,7 +111,7 @@ func TestCoalesceTakeoverCapture(t *testing.T) {
 	neutralLines := neutralJSONAll(t, got)
 	sameActionLines(t, "the capture coalesced to", neutralLines, want)
 
-	// Valid, and the neutralJSON JSON decodes to the same actions.
+	// Valid, and the neutral JSON decodes to the same actions.
 	var acts []actions.Action
 	for _, e := range got {
 		acts = append(acts, e.act)
@@ -240,7 +240,7 @@ const (
 	ksShift = 0xffe1
 	ksCtrl  = 0xffe3
 	ksSuper = 0xffeb
-	ksAltGr = 0xfe03 // ISO_Level3_Shift: no neutralJSON key
+	ksAltGr = 0xfe03 // ISO_Level3_Shift: no neutral key
 )
 
 // The coalescer's rules one by one, on scripted input (the state machine's
