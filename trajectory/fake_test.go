@@ -140,8 +140,8 @@ func (d *fakeDesks) HumanInputs(_ context.Context, vm string) (<-chan desk.Human
 	defer d.mu.Unlock()
 	c := make(chan desk.HumanInput, 16)
 	d.inputs[vm] = c
-	var once sync.Once
-	return c, func() { once.Do(func() { close(c) }) }, nil
+	// Not idempotent on purpose: a second cancel panics, as a close does.
+	return c, func() { close(c) }, nil
 }
 
 // input is the VM's takeover channel of the current recording.
