@@ -94,9 +94,9 @@ func TestE2ERecordTinyVM(t *testing.T) {
 		}
 		shots = append(shots, shot)
 		step.End(Call{Kind: api.KindActions, Tool: api.ToolNeutral,
-			Request:        json.RawMessage(fmt.Sprintf(`{"tool":"neutral","input":[{"kind":"click","x":%d,"y":%d}]}`, p.X, p.Y)),
-			Actions:        []actions.Action{actions.Click{At: &actions.Point{X: p.X, Y: p.Y}}},
-			Status:         200, Settle: settle, ScreenshotSize: image.Pt(vm.Width, vm.Height), AfterImage: shot})
+			Request: json.RawMessage(fmt.Sprintf(`{"tool":"neutral","input":[{"kind":"click","x":%d,"y":%d}]}`, p.X, p.Y)),
+			Actions: []actions.Action{actions.Click{At: &actions.Point{X: p.X, Y: p.Y}}},
+			Status:  200, Settle: settle, ScreenshotSize: image.Pt(vm.Width, vm.Height), AfterImage: shot})
 	}
 	fin, err := m.Stop(ctx, vm.ID, "stopped")
 	if err != nil {
