@@ -121,6 +121,11 @@ type Options struct {
 	// KeepEpisode leaves the episode running after the run (to look at
 	// it in the live view); it then ends with its lease.
 	KeepEpisode bool
+	// Record keeps the episode's trajectory on the farm (steps,
+	// screenshots, video; each call carries the model's text of its turn
+	// as the step's model_response). The run's last lines say where it
+	// is.
+	Record bool
 }
 
 // Result is how a run ended.
@@ -147,6 +152,10 @@ type run struct {
 	// width and height are the screenshots' size: the coordinate space
 	// the model is told.
 	width, height int
+	// turnText is the model's text of turn textStep, sent with the turn's
+	// calls as their model_response.
+	turnText string
+	textStep int
 }
 
 // start leases the episode, says where to watch it, and measures the
@@ -158,13 +167,20 @@ func start(ctx context.Context, c *client.Client, opts Options) (*run, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	ep, err := c.StartEpisode(ctx, api.StartEpisodeRequest{Pool: opts.Pool, TTLS: opts.TTLS})
+	req := api.StartEpisodeRequest{Pool: opts.Pool, TTLS: opts.TTLS}
+	if opts.Record {
+		req.Record = &opts.Record
+	}
+	ep, err := c.StartEpisode(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("start episode: %w", err)
 	}
 	r := &run{c: c, opts: opts, ep: ep, target: client.Episode(ep.ID)}
 	r.logf("episode %s on vm %s (pool %s)", ep.ID, ep.VM, ep.Pool)
 	r.logf("live view: %s", ep.ViewerURL)
+	if opts.Record && !ep.Recording {
+		r.logf("warning: the farm is not recording episode %s (a server without trajectories?)", ep.ID)
+	}
 	res, err := r.screenshot(ctx)
 	if err != nil {
 		return r, fmt.Errorf("first screenshot of episode %s: %w", ep.ID, err)
@@ -201,6 +217,7 @@ func (r *run) maxed(step int, res *Result) bool {
 // the run's context.
 func (r *run) finish(ctx context.Context, res *Result, err error) error {
 	res.Episode = r.ep
+	defer r.whereRecorded()
 	if r.opts.KeepEpisode {
 		r.logf("episode %s left running (it ends with its lease)", r.ep.ID)
 		return err
@@ -216,6 +233,20 @@ func (r *run) finish(ctx context.Context, res *Result, err error) error {
 	return err
 }
 
+// whereRecorded says where a recorded run's trajectory is: its page and
+// the command that exports it (a trajectory's id is its episode's).
+func (r *run) whereRecorded() {
+	if !r.opts.Record || !r.ep.Recording {
+		return
+	}
+	page := r.ep.TrajectoryURL
+	if strings.HasPrefix(page, "/") {
+		page = r.c.Server() + page
+	}
+	r.logf("trajectory %s: %s", r.ep.ID, page)
+	r.logf("export it: deskfarm episode export %s DIR", r.ep.ID)
+}
+
 func (r *run) logf(format string, args ...any) {
 	fmt.Fprintf(r.opts.Log, format+"\n", args...)
 }
@@ -225,10 +256,27 @@ func (r *run) stepf(n int, format string, args ...any) {
 	r.logf("[%d] "+format, append([]any{n}, args...)...)
 }
 
-// said logs the model's text of step n and keeps it as the run's last.
+// said logs the model's text of step n and keeps it as the run's last,
+// and as the turn's model_response.
 func (r *run) said(n int, res *Result, who, text string) {
 	res.Final = text
 	r.stepf(n, "%s: %s", who, clip(text, 200))
+	if r.textStep != n {
+		r.turnText, r.textStep = "", n
+	}
+	if r.turnText != "" {
+		r.turnText += "\n"
+	}
+	r.turnText += text
+}
+
+// modelResponse is the model's text of step n, for its calls'
+// model_response (kept only when the episode records).
+func (r *run) modelResponse(n int) string {
+	if r.textStep != n {
+		return ""
+	}
+	return r.turnText
 }
 
 // clip shortens s for a log line.

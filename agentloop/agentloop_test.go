@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -19,6 +22,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/deskfarm/deskfarm/agentloop"
+	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/client"
 	"github.com/deskfarm/deskfarm/internal/farmtest"
 	"github.com/deskfarm/deskfarm/web"
@@ -541,5 +545,69 @@ func TestOpenAISafetyCheckStops(t *testing.T) {
 	ack := get(api.request(1), "input", 0, "acknowledged_safety_checks", 0)
 	if get(ack, "id") != "sc1" || get(ack, "code") != "malicious_instructions" {
 		t.Errorf("acknowledged %v, want sc1", get(api.request(1), "input", 0))
+	}
+}
+
+// TestClaudeRecord: --record starts the episode with record, each call
+// carries its turn's text as model_response (a turn without text sends
+// none), and the log ends saying where the trajectory is.
+func TestClaudeRecord(t *testing.T) {
+	d := farmtest.ServeDesktop(t, web.Options{})
+	target, _ := url.Parse(d.Server.URL)
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }}
+	var mu sync.Mutex
+	var starts []api.StartEpisodeRequest
+	var responses []string
+	farm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mu.Lock()
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/episodes":
+			var req api.StartEpisodeRequest
+			json.Unmarshal(body, &req)
+			starts = append(starts, req)
+			mu.Unlock()
+			// The farm under test records nothing: answer as one that does.
+			rec := httptest.NewRecorder()
+			proxy.ServeHTTP(rec, r)
+			var ep api.Episode
+			json.Unmarshal(rec.Body.Bytes(), &ep)
+			ep.Recording, ep.TrajectoryURL = true, "/trajectories/"+ep.ID
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rec.Code)
+			json.NewEncoder(w).Encode(ep)
+			return
+		case strings.HasSuffix(r.URL.Path, "/actions"):
+			var req api.ActionsRequest
+			json.Unmarshal(body, &req)
+			if req.Tool != "" { // the loop's own screenshot is no model's call
+				responses = append(responses, req.ModelResponse)
+			}
+		}
+		mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	defer farm.Close()
+	c, _ := client.New(farm.URL)
+	_, srv := newFakeAPI(t, "/v1/messages", "testdata/claude_turns.json")
+	var log bytes.Buffer
+	res, err := agentloop.Claude(context.Background(), c, claudeClient(srv), agentloop.DefaultClaudeModel,
+		"type hello into the field", agentloop.Options{Log: &log, Record: true})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if len(starts) != 1 || starts[0].Record == nil || !*starts[0].Record {
+		t.Errorf("episode starts %+v, want one with record", starts)
+	}
+	want := []string{"I'll take a screenshot to see the desktop.", "I'll click into the text field and type.", ""}
+	if !slices.Equal(responses, want) {
+		t.Errorf("model_response of the calls %q, want %q", responses, want)
+	}
+	if w := "trajectory " + res.Episode.ID + ": " + farm.URL + "/trajectories/" + res.Episode.ID + "\n"; !strings.Contains(log.String(), w) {
+		t.Errorf("the log does not say %q:\n%s", w, log.String())
+	}
+	if !strings.Contains(log.String(), "deskfarm episode export "+res.Episode.ID+" DIR") {
+		t.Errorf("the log does not say how to export:\n%s", log.String())
 	}
 }

@@ -154,7 +154,8 @@ func (r *run) claudeToolUse(ctx context.Context, step int, b anthropic.BetaToolU
 	if b.Name != "computer" {
 		return fail(fmt.Sprintf("unknown tool %q: this loop has only computer", b.Name))
 	}
-	out, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: ToolClaude20251124, Input: input, ScreenshotSize: screenshotSize})
+	out, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: ToolClaude20251124, Input: input, ScreenshotSize: screenshotSize,
+		ModelResponse: r.modelResponse(step)})
 	if err != nil {
 		r.stepf(step, "  error: %v", err)
 		return fail(errorText(err))

@@ -126,7 +126,7 @@ func (r *run) openAICall(ctx context.Context, step int, tool string, call respon
 	}
 	r.stepf(step, "computer_call %s %s", strings.Join(kinds, ","), clip(actionsJSON(call), 160))
 	out, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: tool, Input: item, ScreenshotSize: screenshotSize,
-		ReplyOptions: api.ReplyOptions{AcknowledgeSafetyChecks: r.opts.AcknowledgeSafetyChecks}})
+		ModelResponse: r.modelResponse(step), ReplyOptions: api.ReplyOptions{AcknowledgeSafetyChecks: r.opts.AcknowledgeSafetyChecks}})
 	if err != nil {
 		return responses.ResponseInputItemUnionParam{}, fmt.Errorf("computer_call %s: %w", call.CallID, err)
 	}

@@ -117,7 +117,7 @@ func (r *run) toolsetTurn(ctx context.Context, step int, uses []anthropic.ToolUs
 	}
 	input, _ := json.Marshal(batch)
 	out, err := r.c.Act(ctx, r.target, api.ActionsRequest{Tool: ToolClaudeToolset, Input: input,
-		ScreenshotSize: screenshotSize, ReplyOptions: api.ReplyOptions{ErrorsAsResults: true}})
+		ScreenshotSize: screenshotSize, ModelResponse: r.modelResponse(step), ReplyOptions: api.ReplyOptions{ErrorsAsResults: true}})
 	if err == nil && len(out.ToolResults) != len(batch) {
 		err = fmt.Errorf("the farm answered %d blocks with %d tool_results", len(batch), len(out.ToolResults))
 	}

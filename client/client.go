@@ -432,3 +432,74 @@ func (c *Client) Health(ctx context.Context) error {
 	var h api.HealthResponse
 	return c.call(ctx, http.MethodGet, "/healthz", nil, &h)
 }
+
+// ListTrajectories lists the farm's recorded trajectories, newest first,
+// with what they take on disk and the budget.
+func (c *Client) ListTrajectories(ctx context.Context) (api.TrajectoryList, error) {
+	var list api.TrajectoryList
+	err := c.call(ctx, http.MethodGet, "/v1/trajectories", nil, &list)
+	return list, err
+}
+
+// GetTrajectory describes one trajectory, with every step.
+func (c *Client) GetTrajectory(ctx context.Context, id string) (api.Trajectory, error) {
+	var tr api.Trajectory
+	err := c.call(ctx, http.MethodGet, "/v1/trajectories/"+url.PathEscape(id), nil, &tr)
+	return tr, err
+}
+
+// ExportTrajectory streams a trajectory as an archive: format is
+// api.ExportTar or api.ExportZip ("" is the server's default, tar). It
+// holds OSWorld's result layout (traj.jsonl, a PNG per step,
+// recording.mp4) and deskfarm/, the trajectory as stored. The caller
+// closes the stream.
+func (c *Client) ExportTrajectory(ctx context.Context, id, format string) (io.ReadCloser, error) {
+	return c.export(ctx, "/v1/trajectories/"+url.PathEscape(id)+"/export", format)
+}
+
+// ExportEpisodeTrajectory is ExportTrajectory by the episode's id through
+// the episode's route, which an episode's holder may call on any agent of
+// a cluster.
+func (c *Client) ExportEpisodeTrajectory(ctx context.Context, episode, format string) (io.ReadCloser, error) {
+	return c.export(ctx, Episode(episode).path("trajectory"), format)
+}
+
+func (c *Client) export(ctx context.Context, path, format string) (io.ReadCloser, error) {
+	q := url.Values{}
+	if format != "" {
+		q.Set("format", format)
+	}
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: path, query: q})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// SetTrajectoryResult records a trajectory's score (OSWorld's result.txt).
+func (c *Client) SetTrajectoryResult(ctx context.Context, id string, result float64) (api.TrajectoryInfo, error) {
+	var info api.TrajectoryInfo
+	err := c.call(ctx, http.MethodPut, "/v1/trajectories/"+url.PathEscape(id)+"/result", api.TrajectoryResultRequest{Result: result}, &info)
+	return info, err
+}
+
+// DeleteTrajectory removes a finished trajectory from the farm's disk.
+func (c *Client) DeleteTrajectory(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/trajectories/"+url.PathEscape(id), nil, nil)
+}
+
+// StartRecording starts recording a VM's trajectory outside an episode
+// (an episode records with StartEpisodeRequest.Record).
+func (c *Client) StartRecording(ctx context.Context, vm string, opts api.RecordOptions) (api.TrajectoryInfo, error) {
+	var info api.TrajectoryInfo
+	err := c.call(ctx, http.MethodPost, VM(vm).path("recording"), api.StartRecordingRequest{RecordOptions: opts}, &info)
+	return info, err
+}
+
+// StopRecording stops a VM's recording and returns the trajectory it
+// made.
+func (c *Client) StopRecording(ctx context.Context, vm string) (api.TrajectoryInfo, error) {
+	var info api.TrajectoryInfo
+	err := c.call(ctx, http.MethodDelete, VM(vm).path("recording"), nil, &info)
+	return info, err
+}

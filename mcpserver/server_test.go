@@ -3,8 +3,12 @@ package mcpserver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image"
 	"image/png"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -289,4 +293,40 @@ func imageOf(t *testing.T, res *mcp.CallToolResult) image.Image {
 	}
 	t.Fatalf("no image in %q", text(res))
 	return nil
+}
+
+// start_episode's record goes to the farm as the episode's record (left
+// out, it is left out: the pool's default), and a recorded episode's answer
+// links its trajectory.
+func TestStartEpisodeRecord(t *testing.T) {
+	var starts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		starts = append(starts, string(body))
+		var req api.StartEpisodeRequest
+		json.Unmarshal(body, &req)
+		ep := api.Episode{ID: "ep-0123456789ab", VM: "v01", Pool: "desktop", State: api.EpisodeActive}
+		if req.Record != nil && *req.Record {
+			ep.Recording, ep.TrajectoryURL = true, "/trajectories/ep-0123456789ab"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(ep)
+	}))
+	defer srv.Close()
+	c, _ := client.New(srv.URL)
+	cs := connect(t, mcpserver.New(c, mcpserver.Options{}))
+	msg := text(ok(t, cs, "start_episode", map[string]any{"pool": "desktop", "record": true}))
+	if !strings.Contains(msg, "Recording: the trajectory (id ep-0123456789ab) is kept after the episode; its page: "+srv.URL+"/trajectories/ep-0123456789ab") {
+		t.Errorf("start_episode with record said %q", msg)
+	}
+	msg = text(ok(t, cs, "start_episode", map[string]any{"pool": "desktop"}))
+	if strings.Contains(msg, "Recording") {
+		t.Errorf("start_episode without record said %q", msg)
+	}
+	ok(t, cs, "start_episode", map[string]any{"record": false})
+	want := []string{`{"pool":"desktop","record":true}`, `{"pool":"desktop"}`, `{"pool":"","record":false}`}
+	if !slices.Equal(starts, want) {
+		t.Errorf("the farm got %q, want %q", starts, want)
+	}
 }

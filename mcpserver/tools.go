@@ -81,6 +81,8 @@ type WriteFileArgs struct {
 type StartEpisodeArgs struct {
 	Pool string  `json:"pool,omitempty" jsonschema:"pool to lease a VM from; may be left out when the farm has one"`
 	TTLS float64 `json:"ttl_s,omitempty" jsonschema:"lease in seconds (default: the pool's)"`
+	// Record is a pointer so that leaving it out keeps the pool's default.
+	Record *bool `json:"record,omitempty" jsonschema:"keep the episode's trajectory (every step, its screenshots, a video) on the farm after it ends; default: the pool's record setting"`
 }
 
 // EndEpisodeArgs are the end_episode tool's arguments.
@@ -189,7 +191,7 @@ func (s *Server) startEpisode(ctx context.Context, req *mcp.CallToolRequest, in 
 	if in.Pool == "" {
 		in.Pool = s.opts.Pool
 	}
-	ep, err := s.c.StartEpisode(ctx, api.StartEpisodeRequest{Pool: in.Pool, TTLS: in.TTLS})
+	ep, err := s.c.StartEpisode(ctx, api.StartEpisodeRequest{Pool: in.Pool, TTLS: in.TTLS, Record: in.Record})
 	if err != nil {
 		return nil, nil, apiFailure("start_episode", err)
 	}
@@ -197,6 +199,13 @@ func (s *Server) startEpisode(ctx context.Context, req *mcp.CallToolRequest, in 
 	s.log.Info("episode started", "op", "mcp_start_episode", "episode", ep.ID, "vm", ep.VM, "pool", ep.Pool)
 	text := fmt.Sprintf("Episode %s started on VM %s (pool %s); the lease ends at %s.\nLive view: %s\n"+
 		"The other tools now act on this episode.", ep.ID, ep.VM, ep.Pool, ep.ExpiresAt.UTC().Format(time.RFC3339), ep.ViewerURL)
+	if ep.Recording {
+		page := ep.TrajectoryURL
+		if strings.HasPrefix(page, "/") {
+			page = s.c.Server() + page
+		}
+		text += fmt.Sprintf("\nRecording: the trajectory (id %s) is kept after the episode; its page: %s", ep.ID, page)
+	}
 	return textResult(text), ep, nil
 }
 

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"image"
 	"image/draw"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/deskfarm/deskfarm/vnc"
 )
@@ -36,10 +37,14 @@ const (
 	// issue's "at least 10 fps while the screen changes", and what one
 	// ultrafast encoder per desktop affords on a small host.
 	DefaultMaxFPS = 10
-	// keyframeEvery is the video time between forced keyframes. The
-	// fragmented MP4 writes a fragment at each keyframe, so this bounds
-	// how much a killed ffmpeg loses while the screen changes.
-	keyframeEvery = 2 * time.Second
+	// keyframeEvery is the video time between forced keyframes: what a
+	// seek decodes from. A keyframe of a text page is most of what a
+	// typing minute weighs (every 2 s: 19 MB a minute at 1280x800, every
+	// 10 s: 6 MB; BenchmarkVideoCPU).
+	keyframeEvery = 10 * time.Second
+	// fragmentEvery cuts the fragmented MP4 between keyframes too: what a
+	// killed ffmpeg loses of a changing screen.
+	fragmentEvery = time.Second
 	// diskFullBelow is the free space under which a failed ffmpeg is
 	// taken as a full disk (ffmpeg says so only in its stderr text).
 	diskFullBelow = 1 << 20
@@ -97,26 +102,29 @@ type Info struct {
 // Recording is one ffmpeg encoding f's picture into a file.
 type Recording struct {
 	path   string
+	ffmpeg string // the binary
 	cmd    *exec.Cmd
-	stdin  io.WriteCloser
+	stdin  *os.File // ffmpeg's input pipe
 	stderr *tailBuffer
+	yuv    *yuvFrame // the picture ffmpeg gets; the feeder's alone
 	log    *slog.Logger
 	start  time.Time // when ffmpeg took the first frame: video time 0 (under mu)
 
 	stop     chan struct{} // closed by Stop
 	stopOnce sync.Once
-	exited   chan struct{} // closed when ffmpeg has exited; waitErr set
-	waitErr  error
-	finished chan struct{} // closed when feeder and ffmpeg are both done
-	done     chan struct{} // closed when the recording ended by itself
+	// remuxOnce guards the plain MP4 written at the first good Stop.
+	remuxOnce sync.Once
+	exited    chan struct{} // closed when ffmpeg has exited; waitErr set
+	waitErr   error
+	finished  chan struct{} // closed when feeder and ffmpeg are both done
+	done      chan struct{} // closed when the recording ended by itself
 
-	mu     sync.Mutex
-	err    error // why it ended early
-	frames int
-	last   time.Time // when the last frame was written
-	// lastFrame is the last picture written; the feeder's alone.
-	lastFrame *image.RGBA
-	result    error // the end: nil, or what went wrong
+	mu       sync.Mutex
+	err      error // why it ended early
+	frames   int
+	last     time.Time // when the last frame was written
+	result   error     // the end: nil, or what went wrong
+	remuxCPU time.Duration
 }
 
 // args is ffmpeg's command line for w x h RGBA frames on stdin.
@@ -125,23 +133,26 @@ type Recording struct {
 //     -framerate 1000 is a millisecond clock, not a rate.
 //   - -fps_mode vfr (ffmpeg 5.1) keeps those stamps, dropping only a frame
 //     that lands on its predecessor's millisecond.
-//   - libx264's yuv420p needs even sides: the pad filter adds a row or
-//     column when odd.
+//   - frames come in as yuv420p (yuv.go converts them): even sides, an
+//     odd screen padded with black; tagged BT.601 limited range, the
+//     conversion's.
 //   - -tune zerolatency encodes each frame as it comes (no lookahead or
 //     frame threads holding frames back), so what the screen showed
 //     reaches the file even if the next frame is a minute away.
-//   - the fragmented MP4 (empty moov, a moof per keyframe) is playable up
-//     to its last complete fragment if ffmpeg dies.
+//   - the fragmented MP4 (empty moov, a moof per keyframe and at least
+//     every fragmentEvery, each flushed at once) is playable up to its
+//     last complete fragment if ffmpeg dies.
 func args(w, h int, out string) []string {
 	return []string{"-hide_banner", "-loglevel", "error", "-nostdin",
 		"-use_wallclock_as_timestamps", "1",
-		"-f", "rawvideo", "-pix_fmt", "rgba", "-s", fmt.Sprintf("%dx%d", w, h),
+		"-f", "rawvideo", "-pix_fmt", "yuv420p", "-s", fmt.Sprintf("%dx%d", w, h),
 		"-framerate", "1000", "-i", "pipe:0",
-		"-an", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-fps_mode", "vfr",
+		"-an", "-r", "1000", "-fps_mode", "vfr",
+		"-colorspace", "smpte170m", "-color_primaries", "smpte170m", "-color_trc", "smpte170m", "-color_range", "tv",
 		"-enc_time_base", "1:1000", "-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p",
 		"-force_key_frames", fmt.Sprintf("expr:gte(t,n_forced*%g)", keyframeEvery.Seconds()),
 		"-movflags", "+frag_keyframe+empty_moov+default_base_moof",
-		"-flush_packets", "1", "-f", "mp4", "-y", out}
+		"-frag_duration", fmt.Sprint(fragmentEvery.Microseconds()), "-flush_packets", "1", "-f", "mp4", "-y", out}
 }
 
 // Start begins recording f into path (created; its directory must exist).
@@ -164,21 +175,25 @@ func Start(ctx context.Context, f Frames, path string, o Options) (*Recording, e
 	if w <= 0 || h <= 0 {
 		return nil, fmt.Errorf("record %s: empty screen %dx%d", path, w, h)
 	}
+	w, h = (w+1)&^1, (h+1)&^1 // 4:2:0 needs even sides
 	// Subscribe before the first frame, so no change after it is missed.
 	dmg, cancel := f.Damage()
-	r := &Recording{path: path, stderr: &tailBuffer{max: 4096},
+	r := &Recording{path: path, ffmpeg: o.FFmpeg, stderr: &tailBuffer{max: 4096}, yuv: newYUVFrame(w, h),
 		log:  o.Log.With("vm", o.VM, "op", "record"),
 		stop: make(chan struct{}), exited: make(chan struct{}), finished: make(chan struct{}), done: make(chan struct{})}
 	r.cmd = exec.Command(o.FFmpeg, args(w, h, path)...)
 	r.cmd.Stderr = r.stderr
-	stdin, err := r.cmd.StdinPipe()
+	pr, pw, err := os.Pipe()
 	if err != nil {
 		cancel()
-		return nil, err
+		return nil, fmt.Errorf("record %s: %w", path, err)
 	}
-	r.stdin = stdin
-	if err := r.cmd.Start(); err != nil {
+	r.cmd.Stdin, r.stdin = pr, pw
+	err = r.cmd.Start()
+	pr.Close()
+	if err != nil {
 		cancel()
+		pw.Close()
 		return nil, fmt.Errorf("record %s: start %s: %w", path, o.FFmpeg, err)
 	}
 	go func() {
@@ -216,8 +231,17 @@ func (r *Recording) feed(f Frames, dmg <-chan vnc.Damage, first *image.RGBA, w, 
 	if err := r.write(first); err != nil {
 		return err
 	}
+	// A frame smaller than the pipe's buffer (64 KiB: a screen under 43,690
+	// pixels) is written before ffmpeg reads it: wait until it has.
+	for pending(r.stdin) > 0 {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-r.exited:
+			return nil
+		}
+	}
 	r.mu.Lock()
-	r.start = r.last
+	r.start = time.Now()
 	r.mu.Unlock()
 	close(ready)
 	var due <-chan time.Time // armed while a change waits for its turn
@@ -265,13 +289,12 @@ func (r *Recording) lastWrite() time.Time {
 
 // write sends one frame to ffmpeg; nil repeats the last one.
 func (r *Recording) write(img *image.RGBA) error {
-	if img == nil {
-		img = r.lastFrame
+	if img != nil {
+		r.yuv.update(img)
 	}
-	if _, err := r.stdin.Write(img.Pix); err != nil {
+	if _, err := r.stdin.Write(r.yuv.buf); err != nil {
 		return fmt.Errorf("record %s: write frame to ffmpeg: %w", r.path, err)
 	}
-	r.lastFrame = img
 	r.mu.Lock()
 	r.frames++
 	r.last = time.Now()
@@ -332,6 +355,12 @@ func (r *Recording) Stop(ctx context.Context) (Info, error) {
 		info := r.info()
 		return info, fmt.Errorf("record %s: stop: %w", r.path, ctx.Err())
 	}
+	r.mu.Lock()
+	ok := r.result == nil
+	r.mu.Unlock()
+	if ok {
+		r.remuxOnce.Do(func() { r.remux(ctx) })
+	}
 	info := r.info()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -340,6 +369,37 @@ func (r *Recording) Stop(ctx context.Context) (Info, error) {
 			"duration", info.Duration, "cpu", info.CPU)
 	}
 	return info, r.result
+}
+
+// remux rewrites the finished fragmented file as a plain MP4 with its
+// index first (-movflags +faststart): a fragmented file's length is known
+// only by reading every fragment, which a reader on a pipe (ffprobe -i
+// pipe:0, OSWorld's client saving the answer) or a browser starting to
+// play cannot; it guessed 17.5 s for a 39.6 s recording. The fragments
+// were for a kill; past Stop they are not needed. If the copy fails (the
+// disk filled), the fragmented file stays: it plays.
+//
+// A sample lasts until the next; the last one's length is its packet's,
+// which ffmpeg reads back from fragments as the mean frame length (0.5 s
+// after a still 2 s) and would add to the video: setts makes it one tick,
+// so the video ends with the picture written at Stop.
+func (r *Recording) remux(ctx context.Context) {
+	tmp := r.path + ".remux"
+	cmd := exec.CommandContext(ctx, r.ffmpeg, "-hide_banner", "-loglevel", "error", "-nostdin",
+		"-i", r.path, "-c", "copy", "-bsf:v", "setts=duration=1", "-movflags", "+faststart", "-f", "mp4", "-y", tmp)
+	out, err := cmd.CombinedOutput()
+	if ps := cmd.ProcessState; ps != nil {
+		r.mu.Lock()
+		r.remuxCPU = ps.UserTime() + ps.SystemTime()
+		r.mu.Unlock()
+	}
+	if err == nil {
+		err = os.Rename(tmp, r.path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		r.log.Warn("recording kept fragmented", "path", r.path, "err", err, "ffmpeg", string(bytes.TrimSpace(out)))
+	}
 }
 
 func (r *Recording) info() Info {
@@ -353,7 +413,7 @@ func (r *Recording) info() Info {
 		in.Bytes = st.Size()
 	}
 	if ps := r.cmd.ProcessState; ps != nil {
-		in.CPU = ps.UserTime() + ps.SystemTime()
+		in.CPU = ps.UserTime() + ps.SystemTime() + r.remuxCPU
 	}
 	return in
 }
@@ -380,6 +440,16 @@ func fit(img *image.RGBA, w, h int) *image.RGBA {
 	draw.Draw(out, out.Bounds(), image.Black, image.Point{}, draw.Src)
 	draw.Draw(out, out.Bounds(), img, b.Min, draw.Src)
 	return out
+}
+
+// pending is how many bytes of a pipe are not yet read (0 when unknown):
+// FIONREAD, which Linux spells TIOCINQ, answers on either end of a pipe.
+func pending(f *os.File) int {
+	n := 0
+	if c, err := f.SyscallConn(); err == nil {
+		c.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+	}
+	return n
 }
 
 // diskFull reports whether dir's filesystem has (almost) no space left.

@@ -119,6 +119,7 @@ older preview tool. Without --model, each tool gets its model:
 	f.Float64Var(&opts.TTLS, "ttl", 0, "episode lease in seconds (default: the pool's)")
 	f.IntVar(&opts.MaxSteps, "max-steps", agentloop.DefaultMaxSteps, "stop after this many model turns")
 	f.BoolVar(&opts.KeepEpisode, "keep", false, "leave the episode running at the end (it ends with its lease)")
+	f.BoolVar(&opts.Record, "record", false, "record the episode's trajectory (steps, screenshots, video); the last lines say where it is")
 	f.BoolVar(&opts.AcknowledgeSafetyChecks, "ack-safety-checks", false, "acknowledge OpenAI's pending safety checks instead of stopping at them")
 	return cmd
 }

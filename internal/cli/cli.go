@@ -1,5 +1,5 @@
 // Package cli holds deskfarm's client commands: vm, episode, act,
-// screenshot, mcp and agent. Each is a thin layer over package client; none links the
+// screenshot, mcp, agent, trajectories and replay. Each is a thin layer over package client; none links the
 // server (a unit test checks that vmm, pool, desk, vnc, web and prometheus
 // stay out of this package's dependencies). cmd/deskfarm adds them to the
 // root command beside serve and image.
@@ -54,7 +54,8 @@ func isTerminal(f any) bool {
 func AddCommands(root *cobra.Command, env *Env) {
 	const group = "client"
 	root.AddGroup(&cobra.Group{ID: group, Title: "Client commands (talk to a running server):"})
-	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env), mcpCommand(env), agentCommand(env)} {
+	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env), mcpCommand(env), agentCommand(env),
+		trajectoriesCommand(env), replayCommand(env)} {
 		c.GroupID = group
 		root.AddCommand(c)
 	}

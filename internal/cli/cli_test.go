@@ -67,7 +67,7 @@ func (c *cli) run(stdin []byte, args ...string) result {
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	switch args[0] {
-	case "vm", "episode", "act", "screenshot", "mcp", "agent", "completion", "help", "--help":
+	case "vm", "episode", "act", "screenshot", "mcp", "agent", "trajectories", "replay", "completion", "help", "--help":
 	default:
 		args = append([]string{"vm"}, args...)
 	}
@@ -397,7 +397,7 @@ func TestNoServerDependencies(t *testing.T) {
 			t.Skip("no go command to list dependencies with")
 		}
 	}
-	for _, pkg := range []string{".", "../../client", "../../api", "../../mcpserver", "../../agentloop"} {
+	for _, pkg := range []string{".", "../../client", "../../api", "../../mcpserver", "../../agentloop", "../replay"} {
 		out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)

@@ -3,6 +3,9 @@
 import functools
 import logging
 import os
+import posixpath
+import shutil
+import tarfile
 import threading
 import time
 
@@ -57,16 +60,36 @@ class Client:
             headers["Authorization"] = "Bearer " + self.token
         r = self.session.request(method, self.url + path, json=body, headers=headers, timeout=self.timeout)
         if r.status_code >= 300:
-            try:
-                err = r.json()["error"]
-                code, message = err["code"], err.get("message", "")
-            except (ValueError, KeyError, TypeError):
-                code, message = "http_%d" % r.status_code, r.text.strip()
-            raise _BY_CODE.get(code, DeskfarmError)(method, path, r.status_code, code, message)
+            self._raise(method, path, r)
         return r.json() if r.content else None
 
-    def start_episode(self, pool, ttl_s):
-        return self._call("POST", "/v1/episodes", {"pool": pool, "ttl_s": ttl_s})
+    def start_episode(self, pool, ttl_s, record=None):
+        body = {"pool": pool, "ttl_s": ttl_s}
+        if record is not None:
+            body["record"] = bool(record)
+        return self._call("POST", "/v1/episodes", body)
+
+    def export_trajectory(self, trajectory_id, dest):
+        """Write a trajectory's export (GET /v1/trajectories/{id}/export, a
+        tar) into the directory dest: OSWorld's layout (traj.jsonl, a PNG per
+        step, recording.mp4) and deskfarm/, the trajectory as stored. Only
+        regular files and directories inside dest are written; any other
+        entry stops the export with a DeskfarmError. Returns the files
+        written."""
+        path = "/v1/trajectories/%s/export?format=tar" % trajectory_id
+        headers = {"Authorization": "Bearer " + self.token} if self.token else {}
+        with self.session.get(self.url + path, headers=headers, timeout=self.timeout, stream=True) as r:
+            if r.status_code >= 300:
+                self._raise("GET", path, r)
+            return _untar(r.raw, dest, path)
+
+    def _raise(self, method, path, r):
+        try:
+            err = r.json()["error"]
+            code, message = err["code"], err.get("message", "")
+        except (ValueError, KeyError, TypeError):
+            code, message = "http_%d" % r.status_code, r.text.strip()
+        raise _BY_CODE.get(code, DeskfarmError)(method, path, r.status_code, code, message)
 
     def episode(self, episode_id):
         return self._call("GET", "/v1/episodes/" + episode_id)
@@ -82,30 +105,88 @@ class Client:
         return self._call("POST", "/v1/episodes/%s/reset" % episode_id)
 
 
-class DeskfarmProvider(_Provider):
-    """An OSWorld Provider over one deskfarm episode at a time."""
+def _untar(stream, dest, what):
+    """Extract a tar stream's regular files and directories under dest,
+    refusing (DeskfarmError) names that leave it and other entry types: the
+    archive is the server's, and may not write elsewhere."""
+    os.makedirs(dest, exist_ok=True)
+    files = 0
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for m in tar:
+            name = posixpath.normpath(m.name)
+            if name in (".", ""):
+                continue
+            if name.startswith("/") or name == ".." or name.startswith("../") or "\\" in m.name:
+                raise DeskfarmError("GET", what, 200, "unsafe_archive", "entry %r refused: its path leaves %s" % (m.name, dest))
+            target = os.path.join(dest, *name.split("/"))
+            if m.isdir():
+                os.makedirs(target, exist_ok=True)
+            elif m.isreg():
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as f:
+                    shutil.copyfileobj(tar.extractfile(m), f)
+                files += 1
+            else:
+                raise DeskfarmError("GET", what, 200, "unsafe_archive", "entry %r refused: not a regular file or directory" % m.name)
+    return files
 
-    def __init__(self, region=None, client=None, pool=None, ttl_s=None, ready_timeout=300):
+
+# The recording providers by their OSWorld server's "host:port": OSWorld's
+# controller knows only that address when end_recording names the result
+# directory (register patches it).
+_recorders = {}
+
+
+def _truthy(v):
+    return str(v or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class DeskfarmProvider(_Provider):
+    """An OSWorld Provider over one deskfarm episode at a time.
+
+    With record (or DESKFARM_RECORD=1) the episode is recorded by deskfarm,
+    and each OSWorld end_recording(<result_dir>/recording.mp4) also writes
+    deskfarm's trajectory export to <result_dir>/deskfarm/ (once more when
+    the episode ends, with the trajectory finished). OSWorld's own
+    recording.mp4 is written as before."""
+
+    def __init__(self, region=None, client=None, pool=None, ttl_s=None, ready_timeout=300, record=None):
         self.region = region
         self.client = client or Client()
         self.pool = pool or os.environ.get("DESKFARM_POOL", "osworld")
         self.ttl_s = float(ttl_s or os.environ.get("DESKFARM_TTL_S", 6 * 3600))
         self.ready_timeout = ready_timeout
+        self.record = _truthy(os.environ.get("DESKFARM_RECORD")) if record is None else bool(record)
         self.episode = None
+        self.result_dir = None  # where the trajectory was last written
 
     def start_emulator(self, path_to_vm, headless=True, os_type=None, *args, **kwargs):
         """Lease a VM of the pool, once: DesktopEnv calls this after every
         revert too, and the leased VM is still ours then."""
         if self.episode is not None:
             return
-        ep = self.client.start_episode(self.pool, self.ttl_s)
-        log.info("deskfarm episode %s on vm %s (warm=%s)", ep.get("id"), ep.get("vm"), ep.get("warm"))
+        ep = self.client.start_episode(self.pool, self.ttl_s, record=True if self.record else None)
+        log.info("deskfarm episode %s on vm %s (warm=%s, recording=%s)", ep.get("id"), ep.get("vm"), ep.get("warm"), ep.get("recording", False))
         self.episode = ep
         try:
             self._wait_ready()
         except Exception:
             self.stop_emulator(path_to_vm)
             raise
+        if self.record:
+            _recorders[":".join(self.episode["osworld_address"].split(":")[:2])] = self
+
+    def write_trajectory(self, result_dir):
+        """Write deskfarm's export of this episode's trajectory (so far) to
+        <result_dir>/deskfarm/ and return that path. A trajectory's id is
+        its episode's."""
+        if self.episode is None:
+            raise RuntimeError("no deskfarm episode: start_emulator first")
+        dest = os.path.join(result_dir, "deskfarm")
+        n = self.client.export_trajectory(self.episode["id"], dest)
+        self.result_dir = result_dir
+        log.info("deskfarm trajectory %s: %d files in %s", self.episode["id"], n, dest)
+        return dest
 
     def _wait_ready(self):
         # The per-VM ports open once deskfarm has the VM ready; then its
@@ -152,8 +233,16 @@ class DeskfarmProvider(_Provider):
     def stop_emulator(self, path_to_vm, region=None, *args, **kwargs):
         """End the episode: deskfarm resets the VM and returns it to the pool."""
         ep, self.episode = self.episode, None
-        if ep is not None:
-            self.client.end_episode(ep["id"])
+        if ep is None:
+            return
+        for k in [k for k, p in _recorders.items() if p is self]:
+            del _recorders[k]
+        self.client.end_episode(ep["id"])
+        if self.record and self.result_dir:
+            # The ended episode's trajectory is finished: its video whole.
+            dest = os.path.join(self.result_dir, "deskfarm")
+            self.client.export_trajectory(ep["id"], dest)
+            log.info("deskfarm trajectory %s (finished) in %s", ep["id"], dest)
 
 
 class DeskfarmVMManager(_VMManager):
@@ -237,5 +326,32 @@ def register():
             self.provider_name = PROVIDER_NAME
 
         cls.__init__ = __init__
+        _patch_end_recording()
         _registered = True
         log.info("deskfarm_osworld: provider %r registered (patched create_vm_manager_and_provider and DesktopEnv.__init__)", PROVIDER_NAME)
+
+
+def _patch_end_recording():
+    """Wrap OSWorld's PythonController.end_recording(dest): after OSWorld
+    writes its recording.mp4, a recording deskfarm episode's trajectory goes
+    beside it, to <dirname(dest)>/deskfarm/. A failed export is logged,
+    never raised: OSWorld's own result stands."""
+    try:
+        import desktop_env.controllers.python as ctl
+    except Exception:  # noqa: BLE001 - an OSWorld without the controller
+        return
+    cls = ctl.PythonController
+    original = cls.end_recording
+
+    @functools.wraps(original)
+    def end_recording(self, dest, *args, **kwargs):
+        out = original(self, dest, *args, **kwargs)
+        p = _recorders.get("%s:%s" % (getattr(self, "vm_ip", ""), getattr(self, "server_port", "")))
+        if p is not None and p.episode is not None:
+            try:
+                p.write_trajectory(os.path.dirname(os.path.abspath(dest)))
+            except Exception as e:  # noqa: BLE001
+                log.warning("deskfarm trajectory %s not written beside %s: %s", p.episode.get("id"), dest, e)
+        return out
+
+    cls.end_recording = end_recording

@@ -3,9 +3,12 @@ API (and of one VM's OSWorld port), making DesktopEnv's calls in
 DesktopEnv's order. Run: python3 -m unittest discover -s python/tests
 """
 
+import io
 import json
 import os
 import sys
+import tarfile
+import tempfile
 import threading
 import types
 import unittest
@@ -24,6 +27,7 @@ class FakeDeskfarm:
         self.calls = []
         self.episodes = {}
         self.polls_before_address = 2
+        self.archive = b""
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -64,6 +68,8 @@ class FakeDeskfarm:
                         ep["osworld_address"] = "127.0.0.1:%d:41001:41002:41003" % fake.port
                     fake.episodes["ep1"] = ep
                     return self._send(200, ep)
+                if self.path == "/v1/trajectories/ep1/export?format=tar":
+                    return self._send(200, fake.archive, "application/x-tar")
                 if self.path == "/screenshot":
                     return self._send(200, b"\x89PNG\r\n\x1a\n", "image/png")
                 self._send(404, {"error": "no"})
@@ -136,6 +142,76 @@ class ProviderTest(unittest.TestCase):
         self.assertTrue(issubclass(deskfarm_osworld.ClusterUnavailable, deskfarm_osworld.DeskfarmError))
 
 
+def tar_of(*entries):
+    """A tar of (name, bytes) files, or (name, TarInfo type) for others."""
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w") as t:
+        for name, what in entries:
+            ti = tarfile.TarInfo(name)
+            if what not in (tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE):
+                ti.size = len(what)
+                t.addfile(ti, io.BytesIO(what))
+            else:
+                ti.type = what
+                ti.linkname = "/etc"
+                t.addfile(ti)
+    return b.getvalue()
+
+
+EXPORT = tar_of(("traj.jsonl", b'{"step_num": 1}\n'), ("step_1_20261201@162200.png", b"\x89PNG one"),
+                ("recording.mp4", b"mp4"), ("deskfarm/trajectory.jsonl", b'{"step": 1}\n'),
+                ("deskfarm/screens/ab.png", b"\x89PNG one"))
+
+
+class TrajectoryTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeDeskfarm()
+        self.fake.polls_before_address = 0
+        self.fake.archive = EXPORT
+        self.addCleanup(self.fake.close)
+        self.client = Client(url="http://127.0.0.1:%d" % self.fake.port, token="tok")
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(self.dir))
+
+    def test_record_writes_the_export_beside_the_results(self):
+        p = DeskfarmProvider(client=self.client, pool="osworld", ttl_s=60, record=True)
+        p.start_emulator("deskfarm:osworld", True, "Ubuntu")
+        self.assertEqual(self.fake.calls[0][2], {"pool": "osworld", "ttl_s": 60.0, "record": True})
+        dest = p.write_trajectory(self.dir)
+        self.assertEqual(dest, os.path.join(self.dir, "deskfarm"))
+        with open(os.path.join(dest, "deskfarm", "screens", "ab.png"), "rb") as f:
+            self.assertEqual(f.read(), b"\x89PNG one")
+        with open(os.path.join(dest, "traj.jsonl")) as f:
+            self.assertEqual(json.loads(f.read()), {"step_num": 1})
+        # The end writes it again (finished), after the episode ended.
+        p.stop_emulator("deskfarm:osworld")
+        self.assertEqual([c for c in self.fake.api_calls() if c[0] != "POST"][-2:],
+                         [("DELETE", "/v1/episodes/ep1"), ("GET", "/v1/trajectories/ep1/export?format=tar")])
+
+    def test_without_record_nothing_changes(self):
+        os.environ.pop("DESKFARM_RECORD", None)
+        p = DeskfarmProvider(client=self.client, pool="osworld", ttl_s=60)
+        p.start_emulator("deskfarm:osworld", True, "Ubuntu")
+        self.assertEqual(self.fake.calls[0][2], {"pool": "osworld", "ttl_s": 60.0})
+        p.stop_emulator("deskfarm:osworld")
+        self.assertNotIn("/v1/trajectories/ep1/export?format=tar", [c[1] for c in self.fake.calls])
+
+    def test_escaping_entries_are_refused(self):
+        for bad in [tar_of(("../escaped", b"x")), tar_of(("a/../../escaped", b"x")), tar_of(("/tmp/escaped-abs", b"x")),
+                    tar_of(("link", tarfile.SYMTYPE)), tar_of(("fifo", tarfile.FIFOTYPE))]:
+            self.fake.archive = bad
+            with self.assertRaises(deskfarm_osworld.DeskfarmError) as cm:
+                self.client.export_trajectory("ep1", os.path.join(self.dir, "out"))
+            self.assertEqual(cm.exception.code, "unsafe_archive")
+            self.assertFalse(os.path.lexists(os.path.join(self.dir, "escaped")))
+            self.assertFalse(os.path.lexists(os.path.join(self.dir, "out", "link")))
+
+    def test_unknown_trajectory_is_the_servers_error(self):
+        with self.assertRaises(deskfarm_osworld.DeskfarmError) as cm:
+            self.client.export_trajectory("nope", self.dir)
+        self.assertEqual(cm.exception.status, 404)
+
+
 class RegisterTest(unittest.TestCase):
     """register() against a stand-in of OSWorld's two modules, shaped as
     OSWorld's are: a factory that raises for unknown names and an __init__
@@ -167,7 +243,21 @@ class RegisterTest(unittest.TestCase):
                     raise ValueError(provider_name)
 
         env_mod.DesktopEnv = DesktopEnv
-        self.mods = {"desktop_env": pkg, "desktop_env.providers": providers, "desktop_env.desktop_env": env_mod}
+        controllers = types.ModuleType("desktop_env.controllers")
+        controllers.__path__ = []
+        python_mod = types.ModuleType("desktop_env.controllers.python")
+
+        class PythonController:  # OSWorld's: the VM's address, end_recording(dest) writes the mp4
+            def __init__(self, vm_ip, server_port):
+                self.vm_ip, self.server_port = vm_ip, server_port
+
+            def end_recording(self, dest):
+                with open(dest, "wb") as f:
+                    f.write(b"osworld's own mp4")
+
+        python_mod.PythonController = PythonController
+        self.mods = {"desktop_env": pkg, "desktop_env.providers": providers, "desktop_env.desktop_env": env_mod,
+                     "desktop_env.controllers": controllers, "desktop_env.controllers.python": python_mod}
         self.saved = {k: sys.modules.get(k) for k in self.mods}
         sys.modules.update(self.mods)
         self.addCleanup(self.restore)
@@ -197,6 +287,34 @@ class RegisterTest(unittest.TestCase):
         self.assertEqual(env_cls(provider_name="docker").provider, "docker-provider")
         _, p = self.mods["desktop_env.providers"].create_vm_manager_and_provider("deskfarm", None)
         self.assertIsInstance(p, DeskfarmProvider)
+
+    def test_end_recording_writes_the_trajectory_beside(self):
+        self.mods["desktop_env.desktop_env"].DesktopEnv  # noqa: B018
+        original = self.mods["desktop_env.controllers.python"].PythonController.end_recording
+        self.addCleanup(setattr, self.mods["desktop_env.controllers.python"].PythonController, "end_recording", original)
+        deskfarm_osworld.register()
+        fake = FakeDeskfarm()
+        fake.polls_before_address = 0
+        fake.archive = EXPORT
+        self.addCleanup(fake.close)
+        p = DeskfarmProvider(client=Client(url="http://127.0.0.1:%d" % fake.port), record=True)
+        p.start_emulator("deskfarm:osworld", True, "Ubuntu")
+        host, port = p.get_ip_address("x").split(":")[:2]
+        result_dir = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(result_dir))
+        ctl = self.mods["desktop_env.controllers.python"].PythonController(host, int(port))
+        ctl.end_recording(os.path.join(result_dir, "recording.mp4"))
+        with open(os.path.join(result_dir, "recording.mp4"), "rb") as f:
+            self.assertEqual(f.read(), b"osworld's own mp4")  # OSWorld's recording as before
+        with open(os.path.join(result_dir, "deskfarm", "recording.mp4"), "rb") as f:
+            self.assertEqual(f.read(), b"mp4")  # deskfarm's beside it
+        self.assertTrue(os.path.exists(os.path.join(result_dir, "deskfarm", "deskfarm", "trajectory.jsonl")))
+        p.stop_emulator("x")
+        # Another VM's controller (or a provider not recording) writes nothing more.
+        other = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(other))
+        ctl.end_recording(os.path.join(other, "recording.mp4"))
+        self.assertEqual(os.listdir(other), ["recording.mp4"])
 
 
 if __name__ == "__main__":

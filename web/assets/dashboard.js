@@ -1,5 +1,5 @@
 import { attachStream } from '/assets/stream.js';
-import { el, fetchTrajectories, fill } from '/assets/trajlist.js';
+import { el, fetchTrajectories, fill, trajectoryURL } from '/assets/trajlist.js';
 
 // The dashboard follows the farm's live feed (GET /v1/live, server-sent
 // events): each message is the whole farm, and the tables are redrawn from
@@ -75,7 +75,7 @@ function render() {
     el('td', {}, human.get(ep.vm) ? el('span', { class: 'human' }, 'human') : 'agent'),
     el('td', { 'data-since': ep.created_at }, `${span(now - Date.parse(ep.created_at))} ago`),
     el('td', { 'data-until': ep.expires_at }, span(Date.parse(ep.expires_at) - now)),
-    el('td', {}, ep.trajectory_url ? el('a', { href: ep.trajectory_url }, ep.recording ? 'recording' : 'view') : '-')));
+    el('td', {}, trajectoryCell(ep))));
   document.querySelector('#episodes tbody').replaceChildren(
     ...(epRows.length ? epRows : [el('tr', {}, el('td', { colspan: 7 }, 'no episodes'))]));
   refreshTrajectories(state.episodes);
@@ -93,6 +93,7 @@ function render() {
 // The trajectories are read again when the set of episodes changes (one
 // began recording, or ended and so finished its trajectory).
 let episodeSet = null;
+let recorded = new Set(); // trajectory ids, as of the last read
 function refreshTrajectories(episodes) {
   const key = episodes.map((ep) => ep.id).sort().join(' ');
   if (key === episodeSet) return;
@@ -100,8 +101,22 @@ function refreshTrajectories(episodes) {
   fetchTrajectories().then((list) => {
     const box = document.getElementById('recent');
     box.hidden = !list;
-    if (list) fill(document.querySelector('#trajectories tbody'), (list.trajectories || []).slice(0, RECENT));
+    if (!list) return;
+    const ts = list.trajectories || [];
+    fill(document.querySelector('#trajectories tbody'), ts.slice(0, RECENT));
+    const ids = new Set(ts.map((t) => t.id));
+    const news = [...ids].some((i) => !recorded.has(i));
+    recorded = ids;
+    if (news) render();
   }).catch(() => {});
+}
+
+// trajectoryCell links an episode to its trajectory (its id is the
+// episode's), when it has one.
+function trajectoryCell(ep) {
+  const url = ep.trajectory_url || (recorded.has(ep.id) ? trajectoryURL(ep.id) : '');
+  if (!url) return '-';
+  return el('a', { href: url }, ep.recording ? 'recording' : 'view');
 }
 
 // Uptimes and expiries count on between messages.

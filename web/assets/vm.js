@@ -127,7 +127,7 @@ giveback.onclick = () => handBack().catch((e) => { mode.textContent = String(e);
 
 // The VM's recorded trajectories, newest first, each a link to its page.
 fetchTrajectories().then((list) => {
-  const mine = ((list && list.trajectories) || []).filter((t) => t.vm === vm);
+  const mine = ((list && list.trajectories) || []).filter((t) => t.vm === vm).slice(0, 10); // the rest: the header's link
   document.getElementById('recorded').hidden = !mine.length;
   document.getElementById('trajectories').replaceChildren(...mine.map((t) => el('li', { 'data-trajectory': t.id },
     el('a', { href: trajectoryURL(t.id) }, t.id), ` ${t.state}, ${t.steps} steps`)));
