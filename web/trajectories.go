@@ -287,7 +287,8 @@ func (l *lazyWriter) Write(p []byte) (int, error) {
 var _ io.Writer = (*lazyWriter)(nil)
 
 // setTrajectoryResult serves PUT /v1/trajectories/{id}/result: a client's
-// score of the episode, OSWorld's result.txt in the export.
+// score of the episode, OSWorld's result.txt in the export; it answers
+// with the trajectory's info.
 func (s *server) setTrajectoryResult(w http.ResponseWriter, r *http.Request) error {
 	if s.traj == nil {
 		return s.noTrajectories()
@@ -300,7 +301,11 @@ func (s *server) setTrajectoryResult(w http.ResponseWriter, r *http.Request) err
 	if err := s.traj.SetResult(id, body.Result); err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	tr, err := s.traj.Get(id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, withURL(r, tr.TrajectoryInfo))
 	return nil
 }
 

@@ -218,6 +218,10 @@ func TestTrajectoryRouteErrors(t *testing.T) {
 	}
 	status, body = send(t, "PUT", base+"/v1/trajectories/"+info.ID+"/result", `{"result":"high"}`)
 	wantCode(t, "result of the wrong type", status, body, 400, api.CodeInvalidRequest, "result")
+	if status, body = send(t, "PUT", base+"/v1/trajectories/"+info.ID+"/result", `{"result":0.5}`); status != 200 ||
+		!strings.Contains(string(body), `"result":0.5`) {
+		t.Fatalf("result: %d %s", status, body)
+	}
 	if status, body = send(t, "DELETE", base+"/v1/trajectories/"+info.ID, ""); status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", status, body)
 	}
