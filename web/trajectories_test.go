@@ -364,3 +364,52 @@ func TestTrajectoryKeptFilesNeedControl(t *testing.T) {
 		}
 	}
 }
+
+// Each Cua command on a recorded VM is a step: the command as sent, the
+// neutral actions it played and its reply, whose screenshot is the step's
+// after (its base64 replaced by the hash).
+func TestTrajectoryRecordsCuaCommands(t *testing.T) {
+	srv, _ := trajServer(t)
+	base := srv.URL
+	status, body := send(t, "POST", base+"/v1/vms/vm1/recording", `{"no_video":true}`)
+	if status != http.StatusCreated {
+		t.Fatalf("start recording: %d %s", status, body)
+	}
+	var info api.TrajectoryInfo
+	json.Unmarshal(body, &info)
+	cmds := []string{`{"command":"left_click","params":{"x":30,"y":40}}`, `{"command":"screenshot","params":{}}`}
+	var shot []byte
+	for _, c := range cmds {
+		status, body = send(t, "POST", base+"/v1/vms/vm1/cua/cmd", c)
+		if status != 200 || !strings.Contains(string(body), `"success":true`) {
+			t.Fatalf("%s: %d %s", c, status, body)
+		}
+		var reply struct {
+			ImageData string `json:"image_data"`
+		}
+		json.Unmarshal(bytes.TrimSpace(bytes.TrimPrefix(body, []byte("data: "))), &reply)
+		if reply.ImageData != "" {
+			shot, _ = base64.StdEncoding.DecodeString(reply.ImageData)
+		}
+	}
+	if shot == nil {
+		t.Fatal("no screenshot in the reply")
+	}
+	send(t, "DELETE", base+"/v1/vms/vm1/recording", "")
+	status, body = send(t, "GET", base+"/v1/trajectories/"+info.ID, "")
+	var tr api.Trajectory
+	json.Unmarshal(body, &tr)
+	if status != 200 || len(tr.StepList) != 2 {
+		t.Fatalf("get: %d %s", status, body)
+	}
+	click, sc := tr.StepList[0], tr.StepList[1]
+	if click.Kind != api.KindCua || click.Tool != "cua" || string(click.Request) != cmds[0] ||
+		!bytes.Contains(click.Actions, []byte(`"x":30,"y":40`)) || !bytes.Contains(click.Response, []byte(`"success":true`)) {
+		t.Errorf("click step: %+v", click)
+	}
+	sum := sha256.Sum256(shot)
+	if string(sc.Request) != cmds[1] || sc.Screenshots.AfterSHA256 != hex.EncodeToString(sum[:]) ||
+		!bytes.Contains(sc.Response, []byte("sha256:"+sc.Screenshots.AfterSHA256)) {
+		t.Errorf("screenshot step: %+v", sc)
+	}
+}
