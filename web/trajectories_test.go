@@ -163,6 +163,18 @@ func wantCode(t *testing.T, what string, status int, body []byte, wantStatus int
 	return e.Error
 }
 
+// recordVM1 serves trajServer and starts recording vm1, without video.
+func recordVM1(t *testing.T) (base string, info api.TrajectoryInfo) {
+	t.Helper()
+	srv, _ := trajServer(t)
+	status, body := send(t, "POST", srv.URL+"/v1/vms/vm1/recording", `{"no_video":true}`)
+	if status != http.StatusCreated {
+		t.Fatalf("start recording: %d %s", status, body)
+	}
+	json.Unmarshal(body, &info)
+	return srv.URL, info
+}
+
 // The trajectory routes' errors: an unknown id is 404 not_found naming it,
 // a bad format 400 naming format and the accepted values, a second
 // recording of a VM and the stop of none 409, a file outside the
@@ -235,14 +247,9 @@ func TestTrajectoryRouteErrors(t *testing.T) {
 // failed call with its error; an exec with its argv and sizes; a file
 // write with its hash, not its bytes.
 func TestTrajectoryRecordsSteps(t *testing.T) {
-	srv, _ := trajServer(t)
-	base := srv.URL
-	status, body := send(t, "POST", base+"/v1/vms/vm1/recording", `{"no_video":true}`)
-	if status != http.StatusCreated {
-		t.Fatalf("start recording: %d %s", status, body)
-	}
-	var info api.TrajectoryInfo
-	json.Unmarshal(body, &info)
+	base, info := recordVM1(t)
+	var status int
+	var body []byte
 
 	click := `{"tool":"computer_20251124","input":{"action":"left_click","coordinate":[100,50]},"model_response":"I click it"}`
 	status, body = send(t, "POST", base+"/v1/vms/vm1/actions", click)
@@ -369,14 +376,9 @@ func TestTrajectoryKeptFilesNeedControl(t *testing.T) {
 // neutral actions it played and its reply, whose screenshot is the step's
 // after (its base64 replaced by the hash).
 func TestTrajectoryRecordsCuaCommands(t *testing.T) {
-	srv, _ := trajServer(t)
-	base := srv.URL
-	status, body := send(t, "POST", base+"/v1/vms/vm1/recording", `{"no_video":true}`)
-	if status != http.StatusCreated {
-		t.Fatalf("start recording: %d %s", status, body)
-	}
-	var info api.TrajectoryInfo
-	json.Unmarshal(body, &info)
+	base, info := recordVM1(t)
+	var status int
+	var body []byte
 	cmds := []string{`{"command":"left_click","params":{"x":30,"y":40}}`, `{"command":"screenshot","params":{}}`}
 	var shot []byte
 	for _, c := range cmds {
