@@ -109,8 +109,11 @@ func (r *Recorder) ID() string {
 	return r.id
 }
 
-// Info is the recording's info now.
+// Info is the recording's info now (zero for a nil Recorder).
 func (r *Recorder) Info() api.TrajectoryInfo {
+	if r == nil {
+		return api.TrajectoryInfo{}
+	}
 	r.mu.Lock()
 	info := r.info
 	r.mu.Unlock()
