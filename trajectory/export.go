@@ -70,11 +70,11 @@ func (m *Manager) export(ctx context.Context, a archive, info api.TrajectoryInfo
 			shots[line.ScreenshotFile] = s.Screenshots.After
 			order = append(order, line.ScreenshotFile)
 		}
-		b, err := json.Marshal(line)
+		b, err := jsonLine(line) // the agent's action as it sent it: no \u003c for "<"
 		if err != nil {
 			return fmt.Errorf("step %d: %w", s.Step, err)
 		}
-		traj.Write(append(b, '\n'))
+		traj.Write(b)
 	}
 	if err := a.add("traj.jsonl", mod, bytes.NewReader(traj.Bytes()), int64(traj.Len())); err != nil {
 		return err

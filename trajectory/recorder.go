@@ -109,8 +109,11 @@ func (r *Recorder) ID() string {
 	return r.id
 }
 
-// Info is the recording's info now.
+// Info is the recording's info now (zero for a nil Recorder).
 func (r *Recorder) Info() api.TrajectoryInfo {
+	if r == nil {
+		return api.TrajectoryInfo{}
+	}
 	r.mu.Lock()
 	info := r.info
 	r.mu.Unlock()
@@ -388,11 +391,14 @@ func (r *Recorder) write(j *job) error {
 // stepLine is a step's line of trajectory.jsonl. The request and answer
 // keep their bytes (compacted, as a line must be): no HTML escaping turns
 // a typed "<" into \u003c.
-func stepLine(s *api.TrajectoryStep) ([]byte, error) {
+func stepLine(s *api.TrajectoryStep) ([]byte, error) { return jsonLine(s) }
+
+// jsonLine is v's JSON and a newline, without HTML escaping.
+func jsonLine(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
@@ -404,8 +410,8 @@ func rawJSON(b json.RawMessage) json.RawMessage {
 	if len(b) == 0 || json.Valid(b) {
 		return b
 	}
-	q, _ := json.Marshal(string(b))
-	return q
+	q, _ := jsonLine(string(b))
+	return bytes.TrimSuffix(q, []byte("\n"))
 }
 
 // finish ends the trajectory: media stopped, info written, the store told.
