@@ -186,6 +186,7 @@ func (t *Takeover) Key(keysym uint32, down bool) error {
 	if err := t.c.disp.Key(keysym, 0, down); err != nil {
 		return err
 	}
+	t.d.in.key(keysym, down)
 	if t.keys == nil {
 		t.keys = map[uint32]bool{}
 	}
@@ -217,6 +218,7 @@ func (t *Takeover) Pointer(x, y int, buttons uint8) error {
 	if err := t.c.disp.Pointer(x, y, buttons); err != nil {
 		return err
 	}
+	t.d.in.pointer(x, y, buttons)
 	pressed := buttons &^ t.buttons
 	t.buttons, t.at = buttons&0x7, image.Pt(x, y) // wheel bits are clicks, not holds
 	if pressed != 0 {
@@ -254,11 +256,19 @@ func (t *Takeover) release() error {
 	defer t.mu.Unlock()
 	var errs []error
 	for k := range t.keys {
-		errs = append(errs, t.c.disp.Key(k, 0, false))
+		err := t.c.disp.Key(k, 0, false)
+		if err == nil {
+			t.d.in.key(k, false)
+		}
+		errs = append(errs, err)
 	}
 	clear(t.keys)
 	if t.buttons != 0 {
-		errs = append(errs, t.c.disp.Pointer(t.at.X, t.at.Y, 0))
+		err := t.c.disp.Pointer(t.at.X, t.at.Y, 0)
+		if err == nil {
+			t.d.in.pointer(t.at.X, t.at.Y, 0)
+		}
+		errs = append(errs, err)
 		t.buttons = 0
 	}
 	return errors.Join(errs...)

@@ -41,6 +41,7 @@ type Desk struct {
 	ctl  control
 	act  activityLog
 	runs runSet
+	in   humanInputs // people's input, for the trajectory recorder
 
 	// guest and activity reach inside the guest (nil without a farm that
 	// can: GuestExec, CPUTimer).
@@ -59,6 +60,7 @@ func newDesk(id string, disp Display, maxExec int, log *slog.Logger) *Desk {
 	d.hub = newHub(id, disp, log)
 	d.act.init()
 	d.ctl.init(id, disp, log)
+	d.in.init(id, log)
 	d.runs.init()
 	d.Display = disp
 	return d
@@ -97,6 +99,7 @@ func (d *Desk) close(why *ClosedError) {
 	}
 	d.hub.close()
 	d.act.close()
+	d.in.close()
 	d.log.Info("desk closed", "vm", d.VM, "op", "desk.close", "reason", why.Reason)
 }
 

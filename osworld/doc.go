@@ -19,8 +19,8 @@
 //   - /accessibility and /terminal run package atspi's reader (pyatspi in
 //     the guest, sent on stdin), the walk Cua's get_accessibility_tree
 //     makes too;
-//   - recordings are encoded on the host by ffmpeg from the frames the
-//     mirror already has, not by x11grab in the guest.
+//   - recordings are encoded on the host by ffmpeg (package video) from
+//     the frames the mirror already has, not by x11grab in the guest.
 //
 // The rule the harness depends on most: a command that ran and failed is a
 // 200 with its returncode. OSWorld's client retries any other status three

@@ -467,7 +467,7 @@ func (h *Handler) startRecording(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "start_recording", http.StatusInternalServerError, err)
 		return
 	}
-	if err := h.rec.start(f, h.log.With("vm", h.opts.VM)); err != nil {
+	if err := h.rec.start(r.Context(), f, h.opts.VM, h.log); err != nil {
 		if errors.Is(err, errRecording) {
 			writeJSON(w, http.StatusBadRequest, errorBody{"error", "Recording is already in progress."})
 			return

@@ -20,7 +20,10 @@ pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 	# OSWorld: recordings are encoded on the host (ffmpeg; ffprobe checks
 	# them in tests); the provider package (python/deskfarm_osworld) needs
 	# requests.
-	ffmpeg python3 python3-requests)
+	ffmpeg python3 python3-requests
+	# OSWorld's web monitor (monitor/main.py of an OSWorld checkout) reads
+	# an exported trajectory in a test; it needs Flask and python-dotenv.
+	python3-flask python3-dotenv)
 # npm installs noVNC. A machine whose Node.js comes from elsewhere (e.g.
 # NodeSource, which bundles npm and conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)

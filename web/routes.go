@@ -179,6 +179,10 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/wall", op: "wall", policy: watch, h: s.wall},
 		{method: "GET", path: "/vms/{id}", op: "live_view", policy: watch, h: s.liveView},
 		{method: "GET", path: "/episodes/{id}", op: "episode_view", policy: watch, h: s.episodeView, owned: true},
+		// Trajectory pages (viewer.go): shells that draw from GET
+		// /v1/trajectories, which a watcher may read too.
+		{method: "GET", path: "/trajectories", op: "trajectories_view", policy: watch, h: s.trajectoriesView},
+		{method: "GET", path: "/trajectories/{id}", op: "trajectory_view", policy: watch, h: s.trajectoryView},
 		{method: "GET", path: "/assets/{path...}", op: "assets", policy: watch, h: s.assets},
 		{method: "GET", path: "/novnc/{path...}", op: "novnc", policy: watch, h: s.noVNC},
 		// Long-lived viewer connections hold a slot of the caps while open.

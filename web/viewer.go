@@ -18,8 +18,9 @@ import (
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
-// The browser side: a dashboard (/) fed live by GET /v1/live, a wall of live thumbnails (/wall) and
-// a live view per VM (/vms/{id}), built from the embedded files in assets/.
+// The browser side: a dashboard (/) fed live by GET /v1/live, a wall of live thumbnails (/wall),
+// a live view per VM (/vms/{id}) and the recorded trajectories (/trajectories, /trajectories/{id}),
+// built from the embedded files in assets/.
 // noVNC, used only to take over a VM, is served from a directory on disk
 // (Options.NoVNCDir) at /novnc/, so a fresh clone builds without npm.
 
@@ -116,6 +117,21 @@ func (s *server) episodeView(w http.ResponseWriter, r *http.Request) error {
 	}
 	return s.page(w, "vm.html", map[string]any{"VM": vm, "Uptime": since(vm.CreatedAt),
 		"API": "/v1/episodes/" + url.PathEscape(ep.ID)})
+}
+
+// trajectoriesView serves GET /trajectories: the recorded trajectories,
+// drawn by the page from GET /v1/trajectories (?vm= or ?episode= keeps one
+// VM's or episode's).
+func (s *server) trajectoriesView(w http.ResponseWriter, r *http.Request) error {
+	return s.page(w, "trajectories.html", nil)
+}
+
+// trajectoryView serves GET /trajectories/{id}: one trajectory's video,
+// steps, screenshots and calls, drawn by the page from GET
+// /v1/trajectories/{id} and its files; an unknown id is that route's 404,
+// shown on the page.
+func (s *server) trajectoryView(w http.ResponseWriter, r *http.Request) error {
+	return s.page(w, "trajectory.html", map[string]any{"ID": r.PathValue("id")})
 }
 
 func (s *server) page(w http.ResponseWriter, name string, data any) error {

@@ -1,4 +1,5 @@
 import { attachStream } from '/assets/stream.js';
+import { el, fetchTrajectories, fill, trajectoryURL } from '/assets/trajlist.js';
 
 // The dashboard follows the farm's live feed (GET /v1/live, server-sent
 // events): each message is the whole farm, and the tables are redrawn from
@@ -6,21 +7,13 @@ import { attachStream } from '/assets/stream.js';
 // at THUMB_FPS; a thumbnail's canvas and stream outlive the redraws and end
 // with the VM.
 const THUMB_FPS = 1;
+// The dashboard lists the newest RECENT trajectories (all at /trajectories).
+const RECENT = 10;
 
 const live = document.getElementById('live');
 const thumbs = new Map(); // vm id -> { canvas, stream }
 let state = null;
 window.deskfarm = { get state() { return state; }, thumbs };
-
-function el(tag, attrs, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k.startsWith('data-') || k === 'class' || k === 'href' || k === 'colspan') e.setAttribute(k, v);
-    else e[k] = v;
-  }
-  for (const c of children) e.append(c instanceof Node ? c : String(c));
-  return e;
-}
 
 // span formats a duration in ms for people: "3m12s" (never negative).
 function span(ms) {
@@ -81,9 +74,11 @@ function render() {
     el('td', {}, ep.pool),
     el('td', {}, human.get(ep.vm) ? el('span', { class: 'human' }, 'human') : 'agent'),
     el('td', { 'data-since': ep.created_at }, `${span(now - Date.parse(ep.created_at))} ago`),
-    el('td', { 'data-until': ep.expires_at }, span(Date.parse(ep.expires_at) - now))));
+    el('td', { 'data-until': ep.expires_at }, span(Date.parse(ep.expires_at) - now)),
+    el('td', {}, trajectoryCell(ep))));
   document.querySelector('#episodes tbody').replaceChildren(
-    ...(epRows.length ? epRows : [el('tr', {}, el('td', { colspan: 6 }, 'no episodes'))]));
+    ...(epRows.length ? epRows : [el('tr', {}, el('td', { colspan: 7 }, 'no episodes'))]));
+  refreshTrajectories(state.episodes);
 
   const poolRows = state.pools.map((p) => el('tr', { 'data-pool': p.name },
     el('td', {}, p.name), el('td', {}, p.image),
@@ -93,6 +88,35 @@ function render() {
     el('td', {}, p.last_error || '')));
   document.querySelector('#pools tbody').replaceChildren(
     ...(poolRows.length ? poolRows : [el('tr', {}, el('td', { colspan: 8 }, 'no pools'))]));
+}
+
+// The trajectories are read again when the set of episodes changes (one
+// began recording, or ended and so finished its trajectory).
+let episodeSet = null;
+let recorded = new Set(); // trajectory ids, as of the last read
+function refreshTrajectories(episodes) {
+  const key = episodes.map((ep) => ep.id).sort().join(' ');
+  if (key === episodeSet) return;
+  episodeSet = key;
+  fetchTrajectories().then((list) => {
+    const box = document.getElementById('recent');
+    box.hidden = !list;
+    if (!list) return;
+    const ts = list.trajectories || [];
+    fill(document.querySelector('#trajectories tbody'), ts.slice(0, RECENT));
+    const ids = new Set(ts.map((t) => t.id));
+    const news = [...ids].some((i) => !recorded.has(i));
+    recorded = ids;
+    if (news) render();
+  }).catch(() => {});
+}
+
+// trajectoryCell links an episode to its trajectory (its id is the
+// episode's), when it has one.
+function trajectoryCell(ep) {
+  const url = ep.trajectory_url || (recorded.has(ep.id) ? trajectoryURL(ep.id) : '');
+  if (!url) return '-';
+  return el('a', { href: url }, ep.recording ? 'recording' : 'view');
 }
 
 // Uptimes and expiries count on between messages.

@@ -1,4 +1,5 @@
 import { attachStream } from '/assets/stream.js';
+import { el, fetchTrajectories, trajectoryURL } from '/assets/trajlist.js';
 
 const vm = document.body.dataset.vm;
 const screen = document.getElementById('screen');
@@ -123,6 +124,14 @@ async function handBack() {
 }
 take.onclick = () => takeControl().catch((e) => { mode.textContent = String(e); });
 giveback.onclick = () => handBack().catch((e) => { mode.textContent = String(e); });
+
+// The VM's recorded trajectories, newest first, each a link to its page.
+fetchTrajectories().then((list) => {
+  const mine = ((list && list.trajectories) || []).filter((t) => t.vm === vm).slice(0, 10); // the rest: the header's link
+  document.getElementById('recorded').hidden = !mine.length;
+  document.getElementById('trajectories').replaceChildren(...mine.map((t) => el('li', { 'data-trajectory': t.id },
+    el('a', { href: trajectoryURL(t.id) }, t.id), ` ${t.state}, ${t.steps} steps`)));
+}).catch(() => {});
 
 // For tests and the console.
 window.deskfarm = { stats, events: [], openVNC, closeVNC, takeControl, handBack, rfb: () => rfb };
