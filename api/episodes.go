@@ -95,10 +95,15 @@ type Pool struct {
 	// port for (each VM's record lists its host ports).
 	Network  string `json:"network,omitempty"`
 	Forwards []int  `json:"forwards,omitempty"`
-	Warm     int    `json:"warm"`
-	Leased   int    `json:"leased"`
-	Booting  int    `json:"booting"`
-	Ending   int    `json:"ending"` // being reset or destroyed
+	// Record is the pool's default for StartEpisodeRequest.Record, and
+	// RecordOptions what its recordings keep (omitted when nothing).
+	Record        bool           `json:"record,omitempty"`
+	RecordOptions *RecordOptions `json:"record_options,omitempty"`
+
+	Warm    int `json:"warm"`
+	Leased  int `json:"leased"`
+	Booting int `json:"booting"`
+	Ending  int `json:"ending"` // being reset or destroyed
 	// VMs are the pool's VMs and their states (warm, leased, resetting).
 	// VMs still booting have no id yet; VMs being destroyed are only
 	// counted in Ending.

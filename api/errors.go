@@ -102,6 +102,11 @@ const (
 	CodeGuestInput        = "guest_input_error"  // input through the guest's session (Unicode text, horizontal scroll, back/forward, clipboard) failed
 	CodeNotHostPlayable   = "not_host_playable"  // pyautogui code that must run in the guest, where it could not
 
+	// Trajectories (issue 16).
+	CodeRecording      = "recording"       // the VM is already being recorded, or the trajectory is still recording
+	CodeNotRecording   = "not_recording"   // the VM is not being recorded
+	CodeNoTrajectories = "no_trajectories" // the server keeps no trajectories
+
 	// Who may call: the guards against other web pages and viewers (issue 9).
 	CodeMisdirectedRequest   = "misdirected_request"    // the Host header names no name this farm answers to
 	CodeCrossSite            = "cross_site"             // a browser request from a page of another origin
@@ -160,6 +165,10 @@ var statuses = map[string]int{
 	CodeTooManyViewers:    http.StatusTooManyRequests,
 	CodeGuestInput:        http.StatusBadGateway,
 	CodeNotHostPlayable:   http.StatusBadRequest,
+
+	CodeRecording:      http.StatusConflict,
+	CodeNotRecording:   http.StatusConflict,
+	CodeNoTrajectories: http.StatusNotImplemented,
 
 	CodeMisdirectedRequest:   http.StatusMisdirectedRequest,
 	CodeCrossSite:            http.StatusForbidden,

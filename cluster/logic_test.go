@@ -124,7 +124,8 @@ func TestPoolConfig(t *testing.T) {
 	want := pool.PoolConfig{Name: "tiny", Image: s.Image, MemoryMiB: s.MemoryMiB, VCPUs: s.VCPUs, Width: s.Width,
 		Height: s.Height, MinWarm: s.WarmPerNode, Max: s.MaxPerNode, ScreenshotSize: s.ScreenshotSize,
 		DefaultTTL: pool.Seconds(s.DefaultTTLSeconds), MaxTTL: pool.Seconds(s.MaxTTLSeconds), Network: s.Network,
-		Forwards: s.Forwards}
+		Forwards: s.Forwards, Record: s.Record, RecordOptions: pool.RecordOptions{A11y: s.RecordOptions.A11y,
+			KeepFiles: s.RecordOptions.KeepFiles, NoVideo: s.RecordOptions.NoVideo}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("translated\n got %+v\nwant %+v", got, want)
 	}
@@ -237,7 +238,9 @@ func TestPoolEpisode(t *testing.T) {
 	var e api.Episode
 	fill.All(&e)
 	got := poolEpisode(e)
-	if bad := fill.Converted(e, got, fill.Skip{Renamed: []string{"ViewerURL", "OSWorldAddress", "Node", "URL"}}); len(bad) != 0 {
+	// Recording and TrajectoryURL come from the trajectories, not the pool.
+	if bad := fill.Converted(e, got, fill.Skip{Renamed: []string{"ViewerURL", "OSWorldAddress", "Node", "URL",
+		"Recording", "TrajectoryURL"}}); len(bad) != 0 {
 		t.Fatal(bad)
 	}
 }

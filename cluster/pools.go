@@ -29,6 +29,8 @@ func poolConfig(pools []*DesktopPool) pool.Config {
 			Width: s.Width, Height: s.Height, MinWarm: s.WarmPerNode, Max: s.MaxPerNode,
 			ScreenshotSize: s.ScreenshotSize, DefaultTTL: pool.Seconds(s.DefaultTTLSeconds),
 			MaxTTL: pool.Seconds(s.MaxTTLSeconds), Network: s.Network, Forwards: slices.Clone(s.Forwards),
+			Record: s.Record, RecordOptions: pool.RecordOptions{A11y: s.RecordOptions.A11y,
+				KeepFiles: s.RecordOptions.KeepFiles, NoVideo: s.RecordOptions.NoVideo},
 		})
 	}
 	slices.SortFunc(c.Pools, func(x, y pool.PoolConfig) int { return strings.Compare(x.Name, y.Name) })

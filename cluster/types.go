@@ -77,6 +77,17 @@ type DesktopPoolSpec struct {
 	MaxPerNode        int    `json:"maxPerNode,omitempty"`
 	DefaultTTLSeconds int    `json:"defaultTTLSeconds,omitempty"`
 	MaxTTLSeconds     int    `json:"maxTTLSeconds,omitempty"`
+	// Record and RecordOptions are the pool's recording default
+	// (pool.PoolConfig.Record).
+	Record        bool              `json:"record,omitempty"`
+	RecordOptions PoolRecordOptions `json:"recordOptions,omitempty"`
+}
+
+// PoolRecordOptions are pool.RecordOptions in the resource's spelling.
+type PoolRecordOptions struct {
+	A11y      bool `json:"a11y,omitempty"`
+	KeepFiles bool `json:"keepFiles,omitempty"`
+	NoVideo   bool `json:"noVideo,omitempty"`
 }
 
 // DesktopPoolStatus has one entry per node, each written by its agent.

@@ -55,6 +55,11 @@ type Options struct {
 	CheckOrigin func(*http.Request) bool
 	// Log gets one debug line per command; nil means slog.Default().
 	Log *slog.Logger
+	// Step, when set, is told of each command before it runs, with the
+	// request as the client sent it; the command runs in the context it
+	// returns, and done is called with the reply once it is encoded (a
+	// recorded trajectory's step: web/cua.go).
+	Step func(ctx context.Context, command string, req []byte) (_ context.Context, done func(reply []byte, err error))
 }
 
 // Limits. Cua's client refuses websocket frames over 10 MiB
@@ -149,7 +154,7 @@ func (h *Handler) cmd(w http.ResponseWriter, r *http.Request) {
 		detail(w, http.StatusBadRequest, strings.TrimSuffix(err.Error(), ": "+errUnknownCommand.Error()))
 		return
 	}
-	reply := h.answer(r.Context(), req.Command, o, err)
+	reply := h.answer(r.Context(), body, req.Command, o, err)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -159,8 +164,12 @@ func (h *Handler) cmd(w http.ResponseWriter, r *http.Request) {
 }
 
 // answer runs a parsed command (or reports its parse error) and encodes
-// the answer object.
-func (h *Handler) answer(ctx context.Context, command string, o op, err error) []byte {
+// the answer object; raw is the request as sent.
+func (h *Handler) answer(ctx context.Context, raw []byte, command string, o op, err error) []byte {
+	var done func([]byte, error)
+	if h.opts.Step != nil {
+		ctx, done = h.opts.Step(ctx, command, raw)
+	}
 	start := time.Now()
 	var fields any
 	if err == nil {
@@ -172,7 +181,11 @@ func (h *Handler) answer(ctx context.Context, command string, o op, err error) [
 	}
 	h.log.Log(ctx, lvl, "cua command", "vm", h.t.VM, "op", "cua", "command", command,
 		"elapsed_ms", time.Since(start).Milliseconds(), "err", err)
-	return encode(fields, err)
+	reply := encode(fields, err)
+	if done != nil {
+		done(reply, err)
+	}
+	return reply
 }
 
 // ws serves the websocket: requests are read ahead (so pings are answered
@@ -225,7 +238,7 @@ func (h *Handler) wsAnswer(ctx context.Context, msg []byte) []byte {
 	if errors.Is(err, errUnknownCommand) {
 		err = errors.New(strings.TrimSuffix(err.Error(), ": "+errUnknownCommand.Error()))
 	}
-	return h.answer(ctx, req.Command, o, err)
+	return h.answer(ctx, msg, req.Command, o, err)
 }
 
 // native is the screen's own pixels: Cua's coordinates.

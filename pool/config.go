@@ -77,6 +77,26 @@ type PoolConfig struct {
 	// network none the guest still reaches nothing: the forwards ride a
 	// restricted user-mode stack.
 	Forwards []int `yaml:"forwards,omitempty"`
+	// Record keeps the trajectory of each of the pool's episodes (package
+	// trajectory) unless its start says otherwise (POST /v1/episodes
+	// "record"). Default false.
+	Record bool `yaml:"record,omitempty"`
+	// RecordOptions are what those recordings keep beyond the steps,
+	// screenshots and video, when the start names none.
+	RecordOptions RecordOptions `yaml:"record_options,omitempty"`
+}
+
+// RecordOptions are what a recording keeps beyond the steps, screenshots
+// and video (api.RecordOptions).
+type RecordOptions struct {
+	// A11y keeps the accessibility tree after each step (images with
+	// AT-SPI).
+	A11y bool `yaml:"a11y,omitempty"`
+	// KeepFiles keeps the contents of files read and written, not only
+	// their hashes.
+	KeepFiles bool `yaml:"keep_files,omitempty"`
+	// NoVideo records no video.
+	NoVideo bool `yaml:"no_video,omitempty"`
 }
 
 // Seconds is a duration written as a number of seconds.
@@ -257,6 +277,14 @@ func (c *Config) Override(s string) error {
 		*dst = n
 		return nil
 	}
+	flag := func(dst *bool) error {
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("pool override %q: %w: %s is not true or false", s, ErrInvalidConfig, val)
+		}
+		*dst = b
+		return nil
+	}
 	secs := func(dst *Seconds) error {
 		f, err := strconv.ParseFloat(val, 64)
 		if err != nil {
@@ -288,6 +316,14 @@ func (c *Config) Override(s string) error {
 		return secs(&p.DefaultTTL)
 	case "max_ttl_s":
 		return secs(&p.MaxTTL)
+	case "record":
+		return flag(&p.Record)
+	case "record_options.a11y":
+		return flag(&p.RecordOptions.A11y)
+	case "record_options.keep_files":
+		return flag(&p.RecordOptions.KeepFiles)
+	case "record_options.no_video":
+		return flag(&p.RecordOptions.NoVideo)
 	default:
 		return fmt.Errorf("pool override %q: %w: unknown field %q", s, ErrInvalidConfig, field)
 	}

@@ -29,6 +29,8 @@ pools:
     min_warm: 2
     max: 3
     screenshot_size: 1024x768
+    record: true
+    record_options: {a11y: true, keep_files: true}
   - name: desktop
     image: desktop
 `))
@@ -38,7 +40,13 @@ pools:
 	if len(c.Pools) != 2 || c.MaxBoots != 1 {
 		t.Fatalf("config: %+v", c)
 	}
+	if p := c.Pools[0]; !p.Record || p.RecordOptions != (RecordOptions{A11y: true, KeepFiles: true}) {
+		t.Fatalf("record: %v %+v", p.Record, p.RecordOptions)
+	}
 	d := c.Pools[1]
+	if d.Record {
+		t.Fatalf("record by default")
+	}
 	if d.MemoryMiB != vmm.DefaultMemoryMiB || d.Max != 1 || d.ScreenshotSize != "auto" || d.Width != 1280 || d.DefaultTTL != DefaultTTL {
 		t.Fatalf("defaults not applied: %+v", d)
 	}
@@ -57,6 +65,7 @@ pools:
 		"forward":        "pools: [{name: a, image: tiny, forwards: [0]}]",
 		"size":           "pools: [{name: a, image: tiny, screenshot_size: huge}]",
 		"ttl":            "pools: [{name: a, image: tiny, default_ttl_s: 100, max_ttl_s: 10}]",
+		"record option":  "pools: [{name: a, image: tiny, record_options: {video: false}}]",
 	} {
 		if _, err := ParseConfig([]byte(in)); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err %v, want ErrInvalidConfig", name, err)
@@ -114,7 +123,15 @@ func TestDefaultConfigAndOverride(t *testing.T) {
 		t.Errorf("network bridge validated: %v", err)
 	}
 	c.Pools[0].Network = ""
-	for _, bad := range []string{"desktop", "nopool.max=1", "desktop.nofield=1", "desktop.max=x"} {
+	for _, o := range []string{"desktop.record=true", "desktop.record_options.no_video=1"} {
+		if err := c.Override(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !c.Pools[0].Record || !c.Pools[0].RecordOptions.NoVideo {
+		t.Fatalf("override record: %+v", c.Pools[0])
+	}
+	for _, bad := range []string{"desktop", "nopool.max=1", "desktop.nofield=1", "desktop.max=x", "desktop.record=maybe"} {
 		if err := c.Override(bad); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("override %q: %v", bad, err)
 		}

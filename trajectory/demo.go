@@ -21,7 +21,7 @@ package trajectory
 //   - printable keys, Shift allowed, are one TypeText until another kind of
 //     input or a pause of TextPause;
 //   - any other key, and a printable key with Ctrl, Alt, Super or Meta held,
-//     is a KeyPress of the held modifiers and the key; a modifier pressed
+//     is a KeyPress of the held modifiers and the key as sent; a modifier pressed
 //     and released alone is a KeyPress of it (Super opens a menu), except
 //     Shift, which alone changes nothing;
 //   - moves without a button are not actions (the next action says where).
@@ -178,6 +178,8 @@ func (c *Coalescer) key(in desk.HumanInput) []actions.Action {
 	c.modsUsed = true
 	if r, ok := keysymRune(in.Keysym); ok && !c.chording() {
 		var out []actions.Action
+		// The cap is counted in bytes, at least the characters: a
+		// TypeText stays within actions.MaxTextRunes.
 		if c.open != openText || in.Time.Sub(c.last) > TextPause || len(c.text)+utf8.RuneLen(r) > actions.MaxTextRunes {
 			out = c.close(nil)
 		}
@@ -227,21 +229,13 @@ func (c *Coalescer) chording() bool {
 	return false
 }
 
-// chord is the KeyPress keys for k pressed with the held modifiers. With
-// Shift held a capital letter is its lower-case key (ctrl+shift+t, as
-// agents write it), and a key the US layout shifts anyway (plus, colon)
-// drops Shift: the key implies it.
+// chord is the KeyPress keys for k pressed with the held modifiers, k
+// being the keysym the person sent: under Shift a letter stays the capital
+// (ctrl+shift+T). Lower-cased, it would replay as Shift with a lower-case
+// keysym, which QEMU's VNC server takes for Caps Lock being on and
+// "corrects" by pressing Caps Lock (ui/vnc.c, lock-key sync).
 func (c *Coalescer) chord(k actions.Key) []actions.Key {
-	keys := make([]actions.Key, 0, len(c.mods)+1)
-	if k.Shift && k.Keysym >= 'A' && k.Keysym <= 'Z' {
-		k, _ = keyOfKeysym(k.Keysym + 'a' - 'A')
-	}
-	for _, m := range c.mods {
-		if m.IsShift() && k.Shift {
-			continue
-		}
-		keys = append(keys, m)
-	}
+	keys := append(make([]actions.Key, 0, len(c.mods)+1), c.mods...)
 	if len(keys) >= actions.MaxChordKeys {
 		keys = keys[:actions.MaxChordKeys-1]
 	}

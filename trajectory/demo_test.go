@@ -88,7 +88,7 @@ func sameActionLines(t *testing.T, what string, got, want []string) {
 }
 
 // A real takeover session (noVNC in Chromium on the tiny image) becomes the
-// actions the person meant, each a valid neutralJSON action that decodes back
+// actions the person meant, each a valid neutral action that decodes back
 // to itself: the trajectory's replay plays exactly these.
 func TestCoalesceTakeoverCapture(t *testing.T) {
 	ins := loadCapture(t, "takeover-tiny-novnc.jsonl")
@@ -99,7 +99,7 @@ func TestCoalesceTakeoverCapture(t *testing.T) {
 		`{"kind":"key","keys":["Return"]}`,
 		`{"kind":"key","keys":["Control_L","l"]}`,
 		`{"kind":"type","text":"Hello, World!"}`,
-		`{"kind":"key","keys":["Control_L","Shift_L","t"]}`,
+		`{"kind":"key","keys":["Control_L","Shift_L","T"]}`,
 		`{"kind":"scroll","x":600,"y":499,"direction":"down","amount":3}`,
 		`{"kind":"drag","x":699,"y":450,"from":{"x":399,"y":299},"via":[{"x":419,"y":310},{"x":440,"y":319},` +
 			`{"x":460,"y":330},{"x":480,"y":339},{"x":499,"y":350},{"x":519,"y":359},{"x":539,"y":369},` +
@@ -111,7 +111,7 @@ func TestCoalesceTakeoverCapture(t *testing.T) {
 	neutralLines := neutralJSONAll(t, got)
 	sameActionLines(t, "the capture coalesced to", neutralLines, want)
 
-	// Valid, and the neutralJSON JSON decodes to the same actions.
+	// Valid, and the neutral JSON decodes to the same actions.
 	var acts []actions.Action
 	for _, e := range got {
 		acts = append(acts, e.act)
@@ -240,7 +240,7 @@ const (
 	ksShift = 0xffe1
 	ksCtrl  = 0xffe3
 	ksSuper = 0xffeb
-	ksAltGr = 0xfe03 // ISO_Level3_Shift: no neutralJSON key
+	ksAltGr = 0xfe03 // ISO_Level3_Shift: no neutral key
 )
 
 // The coalescer's rules one by one, on scripted input (the state machine's
@@ -276,8 +276,8 @@ func TestCoalesceRules(t *testing.T) {
 			[]string{`{"kind":"type","text":"Ab"}`}},
 		{"ctrl+click is a click with a modifier, not a Ctrl key", newInputScript().down(ksCtrl).click(7, 8, 1).up(ksCtrl),
 			[]string{`{"kind":"click","x":7,"y":8,"button":"left","count":1,"modifiers":["Control_L"]}`}},
-		{"ctrl+plus drops the Shift that plus implies", newInputScript().down(ksCtrl).down(ksShift).tap('+').up(ksShift).up(ksCtrl),
-			[]string{`{"kind":"key","keys":["Control_L","plus"]}`}},
+		{"ctrl+plus keeps the Shift the person held", newInputScript().down(ksCtrl).down(ksShift).tap('+').up(ksShift).up(ksCtrl),
+			[]string{`{"kind":"key","keys":["Control_L","Shift_L","plus"]}`}},
 		{"ctrl+wheel is a scroll with a modifier", newInputScript().down(ksCtrl).click(9, 9, 8).click(9, 9, 8).up(ksCtrl),
 			[]string{`{"kind":"scroll","x":9,"y":9,"modifiers":["Control_L"],"direction":"up","amount":2}`}},
 		{"the wheel's reverse is a new scroll", newInputScript().click(9, 9, 16).click(9, 9, 16).click(9, 9, 8).click(9, 9, 64),

@@ -3,6 +3,7 @@ package trajectory
 import (
 	"context"
 	"image"
+	"sync"
 	"time"
 
 	"github.com/deskfarm/deskfarm/actions"
@@ -18,6 +19,7 @@ import (
 type demoFeed struct {
 	cancel func()
 	done   chan struct{}
+	once   sync.Once
 }
 
 // startDemo subscribes to the VM's people's input.
@@ -34,11 +36,11 @@ func (r *Recorder) startDemo() {
 	go r.demo(in, d.done)
 }
 
-// stopDemo unsubscribes and waits for the last coalesced actions to be
-// queued.
+// stopDemo unsubscribes (once: the writer's stop and its finish both
+// call it) and waits for the last coalesced actions to be queued.
 func (r *Recorder) stopDemo() {
 	if d := r.media.demo; d != nil {
-		d.cancel()
+		d.once.Do(d.cancel)
 		<-d.done
 	}
 }

@@ -21,13 +21,22 @@ import (
 )
 
 // fakeScreen is a framebuffer the test paints; every subscriber of Damage
-// hears of each paint before paint returns.
+// hears of each paint before paint returns (or has cancelled).
 type fakeScreen struct {
-	mu     sync.Mutex
-	img    *image.RGBA
-	x, y   int
-	subs   []chan vnc.Damage
+	mu   sync.Mutex // the picture and the cursor
+	img  *image.RGBA
+	x, y int
+	// subMu guards the subscribers and is held while telling them, never
+	// with mu: a subscriber may take a snapshot before it receives again.
+	subMu  sync.Mutex
+	subs   []*fakeSub
 	closed bool
+}
+
+type fakeSub struct {
+	c    chan vnc.Damage
+	done chan struct{} // closed at cancel, so a send in progress gives up
+	once sync.Once
 }
 
 func newFakeScreen(w, h int) *fakeScreen {
@@ -45,23 +54,23 @@ func (s *fakeScreen) Snapshot() *image.RGBA {
 }
 
 func (s *fakeScreen) Damage() (<-chan vnc.Damage, func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := make(chan vnc.Damage)
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	sub := &fakeSub{c: make(chan vnc.Damage), done: make(chan struct{})}
 	if s.closed {
-		close(c)
-		return c, func() {}
+		close(sub.c)
+		return sub.c, func() {}
 	}
-	s.subs = append(s.subs, c)
-	var once sync.Once
-	return c, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
+	s.subs = append(s.subs, sub)
+	return sub.c, func() {
+		sub.once.Do(func() {
+			close(sub.done)
+			s.subMu.Lock()
+			defer s.subMu.Unlock()
 			for i, d := range s.subs {
-				if d == c {
+				if d == sub {
 					s.subs = append(s.subs[:i], s.subs[i+1:]...)
-					close(c)
+					close(sub.c)
 				}
 			}
 		})
@@ -74,19 +83,29 @@ func (s *fakeScreen) CursorPos() (int, int) {
 	return s.x, s.y
 }
 
+// tell sends d to every subscriber, and a second, empty one: the second
+// send waits for the first to be handled.
+func (s *fakeScreen) tell(d vnc.Damage) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	for _, sub := range s.subs {
+		for _, e := range []vnc.Damage{d, {}} {
+			select {
+			case sub.c <- e:
+			case <-sub.done:
+			}
+		}
+	}
+}
+
 // paint fills a rectangle and moves the cursor; the recorder's damage
-// watch has seen it when paint returns (the second send on the unbuffered
-// channel waits for the first to be handled).
+// watch has seen it when paint returns.
 func (s *fakeScreen) paint(r image.Rectangle, c color.RGBA, x, y int) {
 	s.mu.Lock()
 	draw.Draw(s.img, r, image.NewUniform(c), image.Point{}, draw.Src)
 	s.x, s.y = x, y
-	subs := append([]chan vnc.Damage(nil), s.subs...)
 	s.mu.Unlock()
-	for _, c := range subs {
-		c <- vnc.Damage{Rect: r}
-		c <- vnc.Damage{}
-	}
+	s.tell(vnc.Damage{Rect: r})
 }
 
 // set shows img (not copied; the caller keeps it unchanged) and tells
@@ -94,20 +113,16 @@ func (s *fakeScreen) paint(r image.Rectangle, c color.RGBA, x, y int) {
 func (s *fakeScreen) set(img *image.RGBA) {
 	s.mu.Lock()
 	s.img = img
-	subs := append([]chan vnc.Damage(nil), s.subs...)
 	s.mu.Unlock()
-	for _, c := range subs {
-		c <- vnc.Damage{Rect: img.Rect}
-		c <- vnc.Damage{}
-	}
+	s.tell(vnc.Damage{Rect: img.Rect})
 }
 
 func (s *fakeScreen) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	s.closed = true
-	for _, c := range s.subs {
-		close(c)
+	for _, sub := range s.subs {
+		sub.once.Do(func() { close(sub.done); close(sub.c) })
 	}
 	s.subs = nil
 }
@@ -140,8 +155,8 @@ func (d *fakeDesks) HumanInputs(_ context.Context, vm string) (<-chan desk.Human
 	defer d.mu.Unlock()
 	c := make(chan desk.HumanInput, 16)
 	d.inputs[vm] = c
-	var once sync.Once
-	return c, func() { once.Do(func() { close(c) }) }, nil
+	// Not idempotent on purpose: a second cancel panics, as a close does.
+	return c, func() { close(c) }, nil
 }
 
 // input is the VM's takeover channel of the current recording.

@@ -1,6 +1,7 @@
 package trajectory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -364,11 +365,11 @@ func (r *Recorder) write(j *job) error {
 	if err := r.a11y(s); err != nil {
 		return err
 	}
-	line, err := json.Marshal(s)
+	line, err := stepLine(s)
 	if err != nil {
 		return fmt.Errorf("encode step %d: %w", s.Step, err)
 	}
-	n, err := r.steps.Write(append(line, '\n'))
+	n, err := r.steps.Write(line)
 	r.written.Add(int64(n))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", stepsFile, err)
@@ -382,6 +383,19 @@ func (r *Recorder) write(j *job) error {
 		}
 	}
 	return nil
+}
+
+// stepLine is a step's line of trajectory.jsonl. The request and answer
+// keep their bytes (compacted, as a line must be): no HTML escaping turns
+// a typed "<" into \u003c.
+func stepLine(s *api.TrajectoryStep) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // rawJSON keeps a body that is JSON as it is and quotes one that is not

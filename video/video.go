@@ -1,14 +1,17 @@
 // Package video owns screen recordings: a VM's live picture encoded on the
-// host by ffmpeg (Debian's package) into H.264 in a fragmented MP4 that
-// follows the screen, a frame per change up to MaxFPS and nothing while the
-// screen is still, and that stays playable if the process dies mid-way.
-// The trajectory recorder and OSWorld's start/end_recording use it.
+// host by ffmpeg (Debian's package) into H.264 in an MP4 that follows the
+// screen, a frame per change up to MaxFPS and nothing while the screen is
+// still, and that stays playable if the process dies mid-way. The
+// trajectory recorder and OSWorld's start/end_recording use it.
 //
-// Frames go to ffmpeg raw (RGBA) on a pipe and ffmpeg stamps each with the
-// wall clock as it reads it, so a frame's time in the video is the time the
-// screen showed it, whatever the gaps between frames: variable frame rate,
-// where a still minute costs nothing. At Stop the picture is written once
-// more so the video lasts until then.
+// Frames go to ffmpeg raw on a pipe, converted here to YUV 4:2:0 (only the
+// rows that changed; yuv.go), and ffmpeg stamps each with the wall clock as
+// it reads it, so a frame's time in the video is the time the screen showed
+// it, whatever the gaps between frames: variable frame rate, where a still
+// minute costs nothing. While recording the file is a fragmented MP4 (a
+// kill loses at most the last second); at Stop the picture is written once
+// more, so the video lasts until then, and the file is remuxed into a plain
+// MP4 whose length any reader sees.
 package video
 
 import (
@@ -127,12 +130,18 @@ type Recording struct {
 	remuxCPU time.Duration
 }
 
-// args is ffmpeg's command line for w x h RGBA frames on stdin.
+// args is ffmpeg's command line for w x h yuv420p frames on stdin.
 //   - -use_wallclock_as_timestamps stamps each frame when ffmpeg reads it;
 //     the rawvideo demuxer keeps stamps in 1/framerate units, so the input
 //     -framerate 1000 is a millisecond clock, not a rate.
+//   - no probing (-probesize 32, -analyzeduration 0): the command line
+//     says all there is to know of the input, and ffmpeg's default probe
+//     holds back up to 5 s or 5 MB of frames before it writes anything,
+//     which a kill then loses.
 //   - -fps_mode vfr (ffmpeg 5.1) keeps those stamps, dropping only a frame
-//     that lands on its predecessor's millisecond.
+//     that lands on its predecessor's millisecond; -r 1000 is again the
+//     millisecond, the unit of the encoder's clock and of the length
+//     given to the last frame.
 //   - frames come in as yuv420p (yuv.go converts them): even sides, an
 //     odd screen padded with black; tagged BT.601 limited range, the
 //     conversion's.
@@ -144,7 +153,7 @@ type Recording struct {
 //     last complete fragment if ffmpeg dies.
 func args(w, h int, out string) []string {
 	return []string{"-hide_banner", "-loglevel", "error", "-nostdin",
-		"-use_wallclock_as_timestamps", "1",
+		"-use_wallclock_as_timestamps", "1", "-probesize", "32", "-analyzeduration", "0", "-fpsprobesize", "0",
 		"-f", "rawvideo", "-pix_fmt", "yuv420p", "-s", fmt.Sprintf("%dx%d", w, h),
 		"-framerate", "1000", "-i", "pipe:0",
 		"-an", "-r", "1000", "-fps_mode", "vfr",

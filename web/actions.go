@@ -58,6 +58,7 @@ func (s *server) runCall(t target, body api.ActionsRequest) (api.ActionsResponse
 	if err := opts.Validate(); err != nil {
 		return api.ActionsResponse{}, err
 	}
+	t.step.tool(body.Tool, body.ModelResponse)
 	if body.ScreenshotSize == "" {
 		body.ScreenshotSize = t.screenshotSize
 	}
@@ -78,9 +79,10 @@ func (s *server) runCall(t target, body api.ActionsRequest) (api.ActionsResponse
 	}
 	var rep vocab.Reply
 	sc, err := d.RunCall(t.ctx, size, func(ctx context.Context, r player.Runner) (err error) {
-		rep, err = call.Run(ctx, r, opts, replyOptions(body.ReplyOptions))
+		rep, err = call.Run(ctx, t.step.runner(r), opts, replyOptions(body.ReplyOptions))
 		return err
 	})
+	t.step.size(sc)
 	if err != nil {
 		return api.ActionsResponse{}, err
 	}
@@ -117,6 +119,8 @@ func (s *server) runInGuest(t target, body api.ActionsRequest, size player.Scree
 	}
 	// No actions: the settle and the screenshot the policy takes.
 	res, err := d.Run(t.ctx, size, nil, opts)
+	t.step.played(nil, res.Result, err)
+	t.step.size(res.Screenshot)
 	if err != nil {
 		return api.ActionsResponse{}, err
 	}

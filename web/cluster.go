@@ -21,6 +21,7 @@ package web
 // again, so caches that disagree cannot make a loop.
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/cluster"
+	"github.com/deskfarm/deskfarm/trajectory"
 )
 
 // ClusterTokenHeader carries the cluster token on agent-to-agent calls:
@@ -194,8 +196,8 @@ func (s *server) forwardCredentials(in *http.Request, out *http.Request) {
 // startClusterEpisode serves POST /v1/episodes on a cluster agent: claim
 // a desktop anywhere (this node first) and answer with the owner's record
 // of the episode, plus its node and URL.
-func (s *server) startClusterEpisode(w http.ResponseWriter, r *http.Request, poolName string, ttl time.Duration) error {
-	pl, ep, err := s.cluster.Claim(r.Context(), poolName, ttl)
+func (s *server) startClusterEpisode(w http.ResponseWriter, r *http.Request, body api.StartEpisodeRequest, ttl time.Duration) error {
+	pl, ep, err := s.cluster.Claim(r.Context(), body.Pool, ttl)
 	if err != nil {
 		return err
 	}
@@ -203,6 +205,15 @@ func (s *server) startClusterEpisode(w http.ResponseWriter, r *http.Request, poo
 	if info := infoFrom(r); info != nil {
 		info.node = pl.Node
 	}
+	// An episode bound on another node is recorded there: its owner is
+	// asked as a client would (POST /v1/episodes/{id}/recording).
+	s.recordEpisode(r.Context(), body, ep, func(ctx context.Context, meta trajectory.Meta) error {
+		if pl.Local {
+			_, err := s.record(ctx, meta)
+			return err
+		}
+		return s.ownerStartRecording(r, pl, meta.Options)
+	}) // trajectories.go
 	out := s.episodeResponse(r, ep)
 	if !pl.Local {
 		// The owner's record has what only it knows: its viewer link and
@@ -223,10 +234,28 @@ func (s *server) startClusterEpisode(w http.ResponseWriter, r *http.Request, poo
 // ownerRecord gets GET /v1/episodes/{id} from the episode's owner.
 func (s *server) ownerRecord(r *http.Request, pl cluster.Placement) (api.Episode, error) {
 	var out api.Episode
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet,
-		strings.TrimSuffix(pl.URL, "/")+"/v1/episodes/"+url.PathEscape(pl.Episode), nil)
+	return out, s.ownerCall(r, pl, http.MethodGet, "", nil, http.StatusOK, &out)
+}
+
+// ownerStartRecording asks the episode's owner to record it.
+func (s *server) ownerStartRecording(r *http.Request, pl cluster.Placement, opts api.RecordOptions) error {
+	b, err := json.Marshal(api.StartRecordingRequest{RecordOptions: opts})
 	if err != nil {
-		return out, err
+		return err
+	}
+	return s.ownerCall(r, pl, http.MethodPost, "/recording", b, http.StatusCreated, nil)
+}
+
+// ownerCall sends method /v1/episodes/{id}+sub to the episode's owner with
+// the caller's credentials, and decodes an answer of status want into out.
+func (s *server) ownerCall(r *http.Request, pl cluster.Placement, method, sub string, body []byte, want int, out any) error {
+	req, err := http.NewRequestWithContext(r.Context(), method,
+		strings.TrimSuffix(pl.URL, "/")+"/v1/episodes/"+url.PathEscape(pl.Episode)+sub, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	s.forwardCredentials(r, req)
 	// As a proxied call's: the owner's links name this agent.
@@ -235,13 +264,16 @@ func (s *server) ownerRecord(r *http.Request, pl cluster.Placement) (api.Episode
 	req.Header.Set("X-Forwarded-Proto", scheme)
 	resp, err := s.proxyTransport.RoundTrip(req)
 	if err != nil {
-		return out, err
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return out, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s", method, req.URL, resp.Status)
 	}
-	return out, json.NewDecoder(resp.Body).Decode(&out)
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 // clusterBind serves POST /v1/cluster/bind (access cluster): the claimer

@@ -68,10 +68,26 @@ func apiPools(ps []pool.PoolStatus) api.PoolList {
 			VCPUs: p.VCPUs, Width: p.Width, Height: p.Height, MinWarm: p.MinWarm, Max: p.Max,
 			ScreenshotSize: p.ScreenshotSize, DefaultTTLS: float64(p.DefaultTTL), MaxTTLS: float64(p.MaxTTL),
 			Network: p.Network, Forwards: slices.Clone(p.Forwards),
+			Record: p.Record, RecordOptions: apiPoolRecordOptions(p.RecordOptions),
 			Warm: p.Warm, Leased: p.Leased, Booting: p.Booting, Ending: p.Ending, VMs: apiPoolVMs(p.VMs),
 			LastError: p.LastError, LastErrorAt: p.LastErrorAt, RetryAt: p.RetryAt})
 	}
 	return out
+}
+
+// apiRecordOptions is a pool's recording options on the wire.
+func apiRecordOptions(o pool.RecordOptions) api.RecordOptions {
+	return api.RecordOptions{A11y: o.A11y, KeepFiles: o.KeepFiles, NoVideo: o.NoVideo}
+}
+
+// apiPoolRecordOptions is a pool's record_options in GET /v1/pools:
+// absent when they keep nothing more.
+func apiPoolRecordOptions(o pool.RecordOptions) *api.RecordOptions {
+	if o == (pool.RecordOptions{}) {
+		return nil
+	}
+	out := apiRecordOptions(o)
+	return &out
 }
 
 func apiPoolVMs(ms []pool.MemberStatus) []api.PoolVM {

@@ -33,6 +33,9 @@ import (
 // subscribers, and the trajectory recorder's coalescer turns it into the
 // neutral actions the person meant: a click at the clicked point, the
 // typed text as one action, a shortcut, a scroll, a drag, a double click.
+// Played back as an agent's actions on the VM reset to the same start,
+// they give the guest the same input: its log of buttons, wheel and keys
+// and its typed text are the person's.
 //
 // With DESKFARM_TAKEOVER_CAPTURE=FILE the raw events are written to FILE
 // (JSON lines of desk.HumanInput): trajectory/testdata holds one such
@@ -58,6 +61,8 @@ func TestE2ETakeoverDemonstrationReachesSubscribers(t *testing.T) {
 	ins, cancel := d.HumanInputs()
 	defer cancel()
 
+	start := time.Now()
+	a.inputLog() // from an empty log
 	ctx := browser(t)
 	do(t, ctx, 20*time.Second, chromedp.Navigate(srv.URL+"/vms/"+vm.ID))
 	poll(t, ctx, 20*time.Second, `window.deskfarm !== undefined && window.deskfarm.stats.frames > 0`)
@@ -133,7 +138,7 @@ func TestE2ETakeoverDemonstrationReachesSubscribers(t *testing.T) {
 		"key Return",
 		"key Control_L+l",
 		`type "Hello, World!"`,
-		"key Control_L+Shift_L+t",
+		"key Control_L+Shift_L+T",
 		"scroll down 3 at (600,500)",
 		"drag left (400,300)->(700,450)",
 		"click left x2 at (900,600)",
@@ -149,6 +154,61 @@ func TestE2ETakeoverDemonstrationReachesSubscribers(t *testing.T) {
 		t.Errorf("the takeover coalesced to\n\t%s\nwant (points within a pixel: noVNC scales the canvas)\n\t%s",
 			strings.Join(desc, "\n\t"), strings.Join(want, "\n\t"))
 	}
+
+	// Replay: what the guest saw of the person, then of the agent playing
+	// the actions on the VM reset to its start.
+	personKeys, personPointer := inputLines(a.inputLog())
+	personText := a.guestText()
+	do(t, ctx, 10*time.Second, chromedp.Click(chromedp.CSS(`#giveback`)))
+	poll(t, ctx, 10*time.Second, `document.getElementById('mode').textContent.startsWith('watching')`)
+	if _, err := m.Reset(context.Background(), vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if err := pool.WaitReset(wctx, vm.ID, start); err != nil {
+		t.Fatal(err)
+	}
+	a.inputLog()
+	if text := a.guestText(); text != "" {
+		t.Fatalf("the reset left text %q", text)
+	}
+	body, err := json.Marshal(map[string]any{"screenshot_size": "native", "actions": acts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.act(string(body), 200)
+	agentKeys, agentPointer := inputLines(a.inputLog())
+	if text := a.guestText(); text != personText {
+		t.Errorf("replayed, the guest's text is %q; the person's was %q", text, personText)
+	}
+	for _, c := range []struct {
+		what          string
+		agent, person []string
+	}{{"keyboard", agentKeys, personKeys}, {"pointer buttons and wheel", agentPointer, personPointer}} {
+		if !slices.Equal(c.agent, c.person) {
+			t.Errorf("replayed, the guest's %s input was\n\t%s\nthe person's\n\t%s",
+				c.what, strings.Join(c.agent, "\n\t"), strings.Join(c.person, "\n\t"))
+		}
+	}
+}
+
+// inputLines splits the guest's input log by device, keyboard and
+// pointer: each device's events keep their order, but the guest reads the
+// two devices apart, so lines of one can overtake the other's. Pointer
+// motion is left out: the path between targets is the person's hand, not
+// an action.
+func inputLines(log []string) (keys, pointer []string) {
+	for _, l := range log {
+		switch {
+		case l == "", strings.HasPrefix(l, "motion "):
+		case strings.HasPrefix(l, "button "), strings.HasPrefix(l, "wheel "), strings.HasPrefix(l, "hwheel "):
+			pointer = append(pointer, l)
+		default:
+			keys = append(keys, l)
+		}
+	}
+	return keys, pointer
 }
 
 // sameDescription compares descriptions, numbers in parentheses within 1.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 	"github.com/deskfarm/deskfarm/vnc/vnctest"
@@ -449,6 +450,14 @@ func startEpisodeOnStill(t *testing.T) (*httptest.Server, EpisodeResponse) {
 // a still screen; opts adds to the server's options.
 func stillPoolFarm(t *testing.T, pc pool.PoolConfig, opts Options) (*httptest.Server, *vmmtest.Farm, *pool.Manager) {
 	t.Helper()
+	srv, farm, pools, _ := poolFarm(t, pc, opts, false)
+	return srv, farm, pools
+}
+
+// poolFarm is stillPoolFarm, with a trajectory store run on the pools
+// when traj is set (trajectories_test.go).
+func poolFarm(t *testing.T, pc pool.PoolConfig, opts Options, traj bool) (*httptest.Server, *vmmtest.Farm, *pool.Manager, *trajectory.Manager) {
+	t.Helper()
 	farm := vmmtest.New()
 	cfg := pool.Config{Pools: []pool.PoolConfig{pc}}
 	cfg.SetDefaults()
@@ -461,7 +470,10 @@ func stillPoolFarm(t *testing.T, pc pool.PoolConfig, opts Options) (*httptest.Se
 		return &stillDisplay{}, nil
 	}})
 	opts.Desks, opts.Pools, opts.Logger = desks, pools, log
+	if traj {
+		opts.Trajectories = runTrajectories(t, desks, poolEpisodes{pools})
+	}
 	srv := httptest.NewServer(NewServer(farm, opts))
 	t.Cleanup(func() { srv.Close(); desks.Close(); pools.Close(); farm.Close() })
-	return srv, farm, pools
+	return srv, farm, pools, opts.Trajectories
 }

@@ -74,6 +74,12 @@ func (s *server) noPools() error {
 }
 
 func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
+	return s.episodeResponseOf(r, ep, nil)
+}
+
+// episodeResponseOf is episodeResponse, knowing the trajectories kept
+// (trajectoryIDs; nil to ask the store).
+func (s *server) episodeResponseOf(r *http.Request, ep pool.Episode, trajectories map[string]bool) api.Episode {
 	scheme, host := callerBase(r)
 	var osworld string
 	if s.osworld != nil && ep.State != pool.EpisodeEnded {
@@ -86,6 +92,7 @@ func (s *server) episodeResponse(r *http.Request, ep pool.Episode) api.Episode {
 		out.ViewerURL = fmt.Sprintf("%s://%s/episodes/%s", scheme, host, url.PathEscape(ep.ID))
 		out.Node, out.URL = s.cluster.Node(), s.advertise
 	}
+	out.Recording, out.TrajectoryURL = s.episodeRecording(r, ep, trajectories) // trajectories.go
 	return out
 }
 
@@ -130,14 +137,18 @@ func (s *server) startEpisode(w http.ResponseWriter, r *http.Request) error {
 		return invalidf("ttl_s", "must be positive, got %g", body.TTLS)
 	}
 	ttl := time.Duration(body.TTLS * float64(time.Second))
+	if body.Record != nil && *body.Record && s.traj == nil {
+		return s.noTrajectories()
+	}
 	if s.cluster != nil {
-		return s.startClusterEpisode(w, r, body.Pool, ttl) // cluster.go
+		return s.startClusterEpisode(w, r, body, ttl) // cluster.go
 	}
 	ep, err := s.pools.Start(r.Context(), body.Pool, ttl)
 	if err != nil {
 		return err
 	}
 	noteVM(r, ep.VM)
+	s.recordEpisode(r.Context(), body, ep, nil) // trajectories.go
 	w.Header().Set("Location", "/v1/episodes/"+ep.ID)
 	writeJSON(w, http.StatusCreated, s.episodeResponse(r, ep))
 	return nil
@@ -150,8 +161,9 @@ func (s *server) listEpisodes(w http.ResponseWriter, r *http.Request) error {
 		return s.noPools()
 	}
 	out := api.EpisodeList{Episodes: []api.Episode{}}
+	kept := s.trajectoryIDs()
 	for _, ep := range s.pools.List() {
-		out.Episodes = append(out.Episodes, s.episodeResponse(r, ep))
+		out.Episodes = append(out.Episodes, s.episodeResponseOf(r, ep, kept))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -176,8 +188,12 @@ func (s *server) endEpisode(w http.ResponseWriter, r *http.Request) error {
 	if s.pools == nil {
 		return s.noPools()
 	}
+	id := r.PathValue("id")
+	if ep, err := s.pools.Get(id); err == nil {
+		s.endRecording(r.Context(), ep) // trajectories.go
+	}
 	start := time.Now()
-	ep, err := s.pools.End(r.Context(), r.PathValue("id"), pool.ReasonDeleted)
+	ep, err := s.pools.End(r.Context(), id, pool.ReasonDeleted)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vocab"
 )
@@ -66,6 +67,13 @@ var sentinels = []sentinel{
 	{pool.ErrPoolFull, api.CodePoolFull},
 	{pool.ErrNotLeased, api.CodeNotLeased},
 	{pool.ErrHostFull, api.CodeHostFull},
+
+	// A trajectory's (issue 16); a bad export format or file name is a
+	// fielderr.Error wrapping ErrInvalid, which names the field.
+	{trajectory.ErrNotFound, api.CodeNotFound},
+	{trajectory.ErrRecording, api.CodeRecording},
+	{trajectory.ErrNotRecording, api.CodeNotRecording},
+	{trajectory.ErrInvalid, api.CodeInvalidRequest},
 
 	{desk.ErrHumanControl, api.CodeHumanControl},
 	{desk.ErrNotInControl, api.CodeForbidden},

@@ -83,6 +83,10 @@ func (m *mcpRoute) server(r *http.Request) *mcp.Server {
 	return s.MCP()
 }
 
+// mcpRemoteAddr is the client address of the in-process calls: the
+// request log and a recorded step (record.go) tell them by it.
+const mcpRemoteAddr = "mcp"
+
 // inProcess is an http.RoundTripper that serves requests with a handler,
 // buffering the answer: the API's answers to the MCP tools are bounded
 // (MaxFileSize at most) and none of them streams.
@@ -94,7 +98,7 @@ type inProcess struct {
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	r.RequestURI = req.URL.RequestURI()
-	r.RemoteAddr = "mcp" // in the request log: the call came from /mcp
+	r.RemoteAddr = mcpRemoteAddr // in the request log: the call came from /mcp
 	if r.Body == nil {
 		r.Body = http.NoBody
 	}

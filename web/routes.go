@@ -124,6 +124,9 @@ type route struct {
 	// timed, when set, observes the route's latency, labelled with "vm"
 	// or "episode".
 	timed *prometheus.HistogramVec
+	// step, on a VM row, makes each call on a recorded VM a step of its
+	// trajectory, of this kind (api.Kind*; record.go).
+	step string
 	// owned marks a row that acts on the episode {id}: on a cluster
 	// agent, an episode that its pool does not hold is served by the
 	// episode's owner, proxied (cluster.go). Every episode variant of a
@@ -147,13 +150,15 @@ func (s *server) routes() []route {
 		{method: "DELETE", path: "/v1/vms/{id}", op: "destroy", policy: control, h: s.destroy},
 		{method: "POST", path: "/reset", op: "reset", policy: control, vm: s.reset, scope: vmAndEpisode},
 		// The VM routes that an episode also has.
-		{method: "POST", path: "/exec", op: "exec", policy: acts(controlJSON), vm: s.exec, scope: vmAndEpisode},
+		{method: "POST", path: "/exec", op: "exec", policy: acts(controlJSON), vm: s.exec, scope: vmAndEpisode,
+			step: api.KindExec},
 		// A guest's files are more than its screen: keys, logs, answers.
-		{method: "GET", path: "/files", op: "read_file", policy: control, vm: s.readFile, scope: vmAndEpisode},
+		{method: "GET", path: "/files", op: "read_file", policy: control, vm: s.readFile, scope: vmAndEpisode,
+			step: api.KindFileRead},
 		{method: "PUT", path: "/files", op: "write_file", policy: acts(policy{access: accessControl, body: bodyOctet}),
-			vm: s.writeFile, scope: vmAndEpisode},
+			vm: s.writeFile, scope: vmAndEpisode, step: api.KindFileWrite},
 		{method: "POST", path: "/actions", op: "actions", policy: acts(controlJSON), vm: s.act, scope: vmAndEpisode,
-			timed: s.met.action},
+			timed: s.met.action, step: api.KindActions},
 		{method: "GET", path: "/screenshot", op: "screenshot", policy: watch, vm: s.screenshot, scope: vmAndEpisode,
 			timed: s.met.screenshot},
 		// Cua's computer-server protocol (cua.go): GET /status and /ws,
@@ -166,6 +171,23 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/v1/episodes/{id}", op: "episode_get", policy: watch, h: s.getEpisode, owned: true},
 		{method: "DELETE", path: "/v1/episodes/{id}", op: "episode_end", policy: control, h: s.endEpisode, owned: true},
 		{method: "GET", path: "/v1/pools", op: "pools", policy: watch, h: s.listPools},
+		// Recording and trajectories (trajectories.go). Recording reads
+		// the screen and keeps it on the farm's disk: control. A
+		// trajectory shows what was on screen (watch); its export holds
+		// the whole record and its kept guest files are what was inside
+		// the VM (control).
+		{method: "POST", path: "/recording", op: "recording_start", policy: controlJSON, vm: s.startRecording, scope: vmAndEpisode},
+		{method: "DELETE", path: "/recording", op: "recording_stop", policy: control, vm: s.stopRecording, scope: vmAndEpisode},
+		{method: "GET", path: "/v1/trajectories", op: "trajectory_list", policy: watch, h: s.listTrajectories},
+		{method: "GET", path: "/v1/trajectories/{id}", op: "trajectory_get", policy: watch, h: s.getTrajectory},
+		// The guest's files a recording kept (files/...) need control.
+		{method: "GET", path: "/v1/trajectories/{id}/files/{name...}", op: "trajectory_file", h: s.trajectoryFile,
+			policy: policy{access: accessWatch, body: bodyNone, controlWhen: keptFileRequest}},
+		{method: "GET", path: "/v1/trajectories/{id}/export", op: "trajectory_export", policy: control, h: s.exportTrajectory},
+		{method: "PUT", path: "/v1/trajectories/{id}/result", op: "trajectory_result", policy: controlJSON, h: s.setTrajectoryResult},
+		{method: "DELETE", path: "/v1/trajectories/{id}", op: "trajectory_delete", policy: control, h: s.deleteTrajectory},
+		{method: "GET", path: "/v1/episodes/{id}/trajectory", op: "trajectory_export", policy: control, h: s.episodeTrajectory,
+			owned: true},
 		// MCP over streamable HTTP: POST messages, GET a stream, DELETE the
 		// session. Every MCP session acts (mcp.go), its event stream too.
 		{method: "POST", path: "/mcp", op: "mcp", policy: controlJSON, h: mcpr.serve},
@@ -227,6 +249,9 @@ func (s *server) expand(rows []route) []route {
 		if rt.mutates {
 			h = s.mutates(h)
 		}
+		if rt.step != "" {
+			h = s.begins(h) // record.go
+		}
 		variants := []variant{{"vm", "/v1/vms/{id}", s.onVM}}
 		if rt.scope == vmAndEpisode {
 			variants = append(variants, variant{"episode", "/v1/episodes/{id}", s.onEpisode})
@@ -236,6 +261,9 @@ func (s *server) expand(rows []route) []route {
 			r.path, r.vm, r.h = v.prefix+rt.path, nil, v.on(h)
 			if rt.timed != nil {
 				r.h = s.timed(rt.timed, v.via, r.h)
+			}
+			if rt.step != "" {
+				r.h = s.stepped(rt.step, r.h)
 			}
 			r.owned = v.via == "episode"
 			out = append(out, r)
@@ -265,6 +293,8 @@ func (rt route) check() error {
 		return fmt.Errorf("route %s: wants exactly one of h and vm", what)
 	case rt.mutates && rt.vm == nil:
 		return fmt.Errorf("route %s: mutates applies to a VM row (vm), which resolves the VM", what)
+	case rt.step != "" && rt.vm == nil:
+		return fmt.Errorf("route %s: step applies to a VM row (vm), which names the VM recorded", what)
 	case rt.timed != nil && rt.vm == nil:
 		return fmt.Errorf("route %s: timed applies to a VM row (vm), which labels it vm or episode", what)
 	case rt.controlWhen != nil && rt.access != accessWatch:

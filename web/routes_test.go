@@ -14,7 +14,7 @@ import (
 // concretePath fills a table pattern's wildcards with values the fake farm
 // knows: vm1, an episode id, a file under a {path...}.
 func concretePath(pattern string) string {
-	r := strings.NewReplacer("{$}", "", "{id}", "vm1", "{path...}", "status")
+	r := strings.NewReplacer("{$}", "", "{id}", "vm1", "{path...}", "status", "{name...}", "trajectory.jsonl")
 	p := r.Replace(pattern)
 	if strings.HasSuffix(pattern, "/files") {
 		p += "?path=/etc/hostname"

@@ -21,6 +21,7 @@ import (
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -89,6 +90,10 @@ type Options struct {
 	// ClusterToken authenticates agents to each other (header
 	// X-Deskfarm-Cluster-Token); with Cluster, it must be set.
 	ClusterToken string
+	// Trajectories records VMs and episodes and keeps their trajectories
+	// (trajectories.go, record.go); nil answers the trajectory routes with
+	// 501 and records nothing.
+	Trajectories *trajectory.Manager
 	// AdvertiseURL is this agent's base URL as the other agents reach it
 	// (serve --advertise), shown in its episodes' records (api.Episode.URL).
 	AdvertiseURL string
@@ -112,6 +117,9 @@ type server struct {
 	// viewerToken and hosts are the access settings (security.go).
 	viewerToken string
 	hosts       []hostRule
+	// traj records steps and keeps trajectories (trajectories.go); nil
+	// for none.
+	traj *trajectory.Manager
 	// mcp serves /mcp (mcp.go).
 	mcp *mcpRoute
 	// live feeds the dashboard (live.go).
@@ -139,7 +147,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 func newServer(farm vmm.Farm, opts Options) *server {
 	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
 		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts),
-		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL}
+		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL, traj: opts.Trajectories}
 	if s.cluster != nil {
 		s.proxyTransport = newProxyTransport()
 	}
@@ -265,6 +273,7 @@ func (s *server) exec(w http.ResponseWriter, r *http.Request, t target) error {
 	if err != nil {
 		return err
 	}
+	t.step.exec(api.StepExec{Argv: req.Argv, ExitCode: res.ExitCode, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr)})
 	out := api.ExecResponse{ExitCode: res.ExitCode, Signal: res.Signal, Truncated: res.Truncated}
 	out.Stdout, out.StdoutB64 = textOrBase64(res.Stdout)
 	out.Stderr, out.StderrB64 = textOrBase64(res.Stderr)
@@ -338,6 +347,7 @@ func (s *server) readFile(w http.ResponseWriter, r *http.Request, t target) erro
 	if len(data) > vmm.MaxFileSize {
 		return fmt.Errorf("read %s from vm %s: %d bytes: %w", path, id, len(data), vmm.ErrTooLarge)
 	}
+	t.step.file(path, data)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
@@ -370,6 +380,7 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request, t target) err
 		}
 		return fmt.Errorf("read upload for %s on vm %s: %w", path, id, err)
 	}
+	t.step.file(path, data)
 	if err := s.farm.WriteFile(t.ctx, id, path, data, uint32(mode)); err != nil {
 		return err
 	}
@@ -403,6 +414,9 @@ type target struct {
 	// ctx is the call's context: the request's, or on an episode the
 	// lease's, which an end of the episode cancels.
 	ctx context.Context
+	// step notes what a call on a recorded VM did (record.go); nil when
+	// the VM is not recorded.
+	step *stepNote
 }
 
 // targetHandler is a VM handler.
@@ -543,17 +557,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError sends err as an ErrorResponse and notes it for the request log.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, body := classify(err)
-	if status == statusClientClosed && r.Context().Err() == nil {
-		// Canceled, but not by this client: the farm is going away.
-		status, body.Code = http.StatusInternalServerError, api.CodeInternal
-	}
+	status, body, send := errorAnswer(r, err)
 	if info := infoFrom(r); info != nil {
 		info.err = err
 		info.code = body.Code
 	}
-	if status == statusClientClosed {
-		return // nobody to answer
+	if send {
+		writeJSON(w, status, api.ErrorResponse{Error: body})
 	}
-	writeJSON(w, status, api.ErrorResponse{Error: body})
+}
+
+// errorAnswer is the status and body writeError answers err with; send is
+// false when there is nobody to answer (the client went away).
+func errorAnswer(r *http.Request, err error) (status int, body api.ErrorBody, send bool) {
+	status, body = classify(err)
+	if status == statusClientClosed && r.Context().Err() == nil {
+		// Canceled, but not by this client: the farm is going away.
+		status, body.Code = http.StatusInternalServerError, api.CodeInternal
+	}
+	return status, body, status != statusClientClosed
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/osworld"
+	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
 	"github.com/spf13/cobra"
@@ -68,6 +69,13 @@ type farmConfig struct {
 	// Cluster, when set, makes serve a cluster node's agent (cluster.go):
 	// --kubeconfig or --cluster. Nil: a single host.
 	Cluster *clusterConfig
+	// TrajectoryBudget caps the trajectories kept under StateDir
+	// (--trajectory-budget); past it the oldest finished go. 0: package
+	// trajectory's default.
+	TrajectoryBudget int64
+	// TrajectoryRetention removes finished trajectories older than this
+	// (--trajectory-retention); negative keeps them. 0: the default.
+	TrajectoryRetention time.Duration
 }
 
 // Serve defaults.
@@ -128,6 +136,7 @@ func serveCommand(stop func()) *cobra.Command {
 	var cfg farmConfig
 	var trustLoopback bool
 	var cf clusterFlags
+	var budget, retention string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and the live viewers",
@@ -147,6 +156,12 @@ finds them again.`,
 			}
 			cfg.NoLoopbackTrust = !trustLoopback
 			var err error
+			if cfg.TrajectoryBudget, err = parseBytes(budget); err != nil {
+				return fmt.Errorf("--trajectory-budget %w", err)
+			}
+			if cfg.TrajectoryRetention, err = parseRetention(retention); err != nil {
+				return fmt.Errorf("--trajectory-retention %w", err)
+			}
 			if cfg.Cluster, err = resolveCluster(cmd, cf, os.Getenv, os.Hostname); err != nil {
 				return err
 			}
@@ -179,6 +194,8 @@ finds them again.`,
 	fs.StringVar(&cfg.Warm, "warm", "", "image of which to keep one ready VM (created in the background at start)")
 	fs.StringVar(&cfg.Pools, "pools", "", "pool config file (YAML); default: one pool \"desktop\" of the --warm image")
 	fs.StringArrayVar(&cfg.PoolOverrides, "pool", nil, "override a pool setting, POOL.FIELD=VALUE (e.g. desktop.min_warm=2); repeatable")
+	fs.StringVar(&budget, "trajectory-budget", "20GiB", "disk the recorded trajectories (STATE-DIR/trajectories) may take; past it the oldest finished are removed")
+	fs.StringVar(&retention, "trajectory-retention", "7d", "age past which finished trajectories are removed, e.g. 7d or 36h; negative keeps them")
 	addClusterFlags(cmd, &cf) // cluster.go
 	cmd.MarkFlagFilename("pools", "yaml", "yml")
 	cmd.MarkFlagDirname("novnc-dir")
@@ -235,8 +252,14 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	var inflight sync.WaitGroup
 	// One VNC connection per VM, shared by every API client.
 	desks := desk.NewPool(farm, log)
+	traj, err := newTrajectories(cfg, farm, desks, log) // trajectories.go
+	if err != nil {
+		ln.Close()
+		desks.Close()
+		return errors.Join(fmt.Errorf("open the trajectories: %w", err), closeFarm())
+	}
 	opts := web.Options{Token: cfg.Token, ViewerToken: cfg.ViewerToken, Logger: log, Desks: desks, NoVNCDir: cfg.NoVNCDir,
-		AllowedHosts: allowedHosts(cfg)}
+		AllowedHosts: allowedHosts(cfg), Trajectories: traj}
 	if cfg.NoLoopbackTrust {
 		opts.TrustedNets = []netip.Prefix{}
 	}
@@ -276,6 +299,20 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 		}
 	}()
 	opts.OSWorldAddress = ports.Address
+	// Recordings end with their episodes, and all of them once the server
+	// has shut down (their trajectories finished, not interrupted).
+	var eps trajectory.Episodes
+	if opts.Pools != nil {
+		eps = trajectoryEpisodes{opts.Pools}
+	}
+	trajCtx, stopTraj := context.WithCancel(context.Background())
+	trajDone := make(chan struct{})
+	go func() {
+		defer close(trajDone)
+		if err := traj.Run(trajCtx, eps); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("trajectories", "op", "trajectory", "err", err)
+		}
+	}()
 	api := web.NewServer(farm, opts)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -323,6 +360,8 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	stopAgent()
 	stopPorts()
 	<-portsDone
+	stopTraj()
+	<-trajDone
 	desks.Close()
 	if err := closeFarm(); err != nil {
 		errs = append(errs, fmt.Errorf("close farm: %w", err))

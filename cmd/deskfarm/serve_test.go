@@ -262,15 +262,40 @@ func TestServeFlags(t *testing.T) {
 	}
 	_, err := run(t, "serve", "--listen", "127.0.0.1:0", "--warm", "desktop", "--pools", "p.yaml", "--novnc-dir", "/nv",
 		"--token", "tok", "--pool", "desktop.min_warm=2", "--pool", "desktop.max=3", "--accel", "tcg",
-		"--viewer-token", "vtok", "--trust-loopback=false", "--allow-host", "a.example", "--allow-host", "b.example:443")
+		"--viewer-token", "vtok", "--trust-loopback=false", "--allow-host", "a.example", "--allow-host", "b.example:443",
+		"--trajectory-budget", "5GiB", "--trajectory-retention", "36h")
 	if err == nil || !strings.Contains(err.Error(), "stop here") {
 		t.Fatalf("serve: %v", err)
 	}
 	want := farmConfig{Listen: "127.0.0.1:0", StateDir: defaultStateDir, CacheDir: defaultCacheDir, Accel: "tcg",
 		LibvirtSocket: defaultLibvirtSocket, Token: "tok", NoVNCDir: "/nv", Warm: "desktop", Pools: "p.yaml",
 		PoolOverrides: []string{"desktop.min_warm=2", "desktop.max=3"},
-		ViewerToken:   "vtok", NoLoopbackTrust: true, AllowHosts: []string{"a.example", "b.example:443"}}
+		ViewerToken:   "vtok", NoLoopbackTrust: true, AllowHosts: []string{"a.example", "b.example:443"},
+		TrajectoryBudget: 5 << 30, TrajectoryRetention: 36 * time.Hour}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("farm config\n got %+v\nwant %+v", got, want)
+	}
+	for _, bad := range [][]string{{"--trajectory-budget", "lots"}, {"--trajectory-budget", "-1GB"}, {"--trajectory-retention", "a week"}} {
+		if _, err := run(t, append([]string{"serve"}, bad...)...); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func TestTrajectoryFlagValues(t *testing.T) {
+	for in, want := range map[string]int64{"20GiB": 20 << 30, "500MB": 500e6, "1048576": 1 << 20, "1.5 KiB": 1536} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for in, want := range map[string]time.Duration{"7d": 7 * 24 * time.Hour, "36h": 36 * time.Hour, "-1d": -24 * time.Hour, "-1s": -time.Second} {
+		if got, err := parseRetention(in); err != nil || got != want {
+			t.Errorf("parseRetention(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"0", "0d", "", "x"} {
+		if _, err := parseRetention(in); err == nil {
+			t.Errorf("parseRetention(%q) passed", in)
+		}
 	}
 }
