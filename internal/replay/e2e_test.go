@@ -132,7 +132,7 @@ func TestE2EReplayTerminalEpisode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The score a harness would report: OSWorld's result.txt.
-	if _, err := c.SetTrajectoryResult(ctx, ep.ID, 1); err != nil {
+	if err := c.SetTrajectoryResult(ctx, ep.ID, 1); err != nil {
 		t.Fatal(err)
 	}
 
