@@ -568,7 +568,11 @@ func TestClaudeRecord(t *testing.T) {
 			json.Unmarshal(body, &req)
 			starts = append(starts, req)
 			mu.Unlock()
-			// The farm under test records nothing: answer as one that does.
+			// The farm under test has no trajectories (it refuses record):
+			// ask it without, and answer as one that records.
+			req.Record = nil
+			body, _ = json.Marshal(req)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 			rec := httptest.NewRecorder()
 			proxy.ServeHTTP(rec, r)
 			var ep api.Episode

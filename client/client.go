@@ -477,10 +477,8 @@ func (c *Client) export(ctx context.Context, path, format string) (io.ReadCloser
 }
 
 // SetTrajectoryResult records a trajectory's score (OSWorld's result.txt).
-func (c *Client) SetTrajectoryResult(ctx context.Context, id string, result float64) (api.TrajectoryInfo, error) {
-	var info api.TrajectoryInfo
-	err := c.call(ctx, http.MethodPut, "/v1/trajectories/"+url.PathEscape(id)+"/result", api.TrajectoryResultRequest{Result: result}, &info)
-	return info, err
+func (c *Client) SetTrajectoryResult(ctx context.Context, id string, result float64) error {
+	return c.call(ctx, http.MethodPut, "/v1/trajectories/"+url.PathEscape(id)+"/result", api.TrajectoryResultRequest{Result: result}, nil)
 }
 
 // DeleteTrajectory removes a finished trajectory from the farm's disk.

@@ -8,8 +8,8 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"log/slog"
 	"math"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -23,6 +23,7 @@ import (
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/internal/testenv"
+	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 	"github.com/deskfarm/deskfarm/web"
@@ -33,7 +34,10 @@ import (
 // loaded, the click point and drag path drawn where the steps' actions
 // put them on the displayed image, the request, a person's step and an
 // error step, and the video playing; the list, the dashboard and the VM
-// page link to it.
+// page link to it. The trajectory is written as the store lays one out
+// (with a person's step and an error step, which a VM run cannot make
+// cheaply) and served by the real routes; TestE2ETrajectoryPageRecorded
+// shows a real VM's recording.
 func TestE2ETrajectoryPage(t *testing.T) {
 	farm := vmmtest.New()
 	vm, err := farm.Create(context.Background(), vmm.CreateOptions{Image: "desktop"})
@@ -43,7 +47,12 @@ func TestE2ETrajectoryPage(t *testing.T) {
 	dir := t.TempDir()
 	const id = "ep-7f3a9c"
 	writeTrajectory(t, dir, id, vm.ID)
-	srv := httptest.NewServer(trajectoryAPI(dir, web.NewServer(farm, web.Options{})))
+	// The store finds the trajectory as a restarted server does.
+	tm, err := trajectory.New(trajectory.Config{Dir: dir, Retention: -1, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(web.NewServer(farm, web.Options{Trajectories: tm}))
 	t.Cleanup(srv.Close)
 	ctx := browser(t)
 
@@ -171,53 +180,6 @@ func TestE2ETrajectoryPage(t *testing.T) {
 		t.Errorf("an unknown trajectory's page reads %q", got)
 	}
 
-	// A trajectory still recording grows on the page, which follows its
-	// last step.
-	live := filepath.Join(dir, "ep-live", "deskfarm")
-	if err := os.CopyFS(live, os.DirFS(filepath.Join(dir, id, "deskfarm"))); err != nil {
-		t.Fatal(err)
-	}
-	lines, err := os.ReadFile(filepath.Join(live, "trajectory.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := bytes.SplitAfter(lines, []byte("\n"))
-	setInfo := func(state string, n int) {
-		t.Helper()
-		var ti api.TrajectoryInfo
-		b, _ := os.ReadFile(filepath.Join(live, "info.json"))
-		if err := json.Unmarshal(b, &ti); err != nil {
-			t.Fatal(err)
-		}
-		ti.ID, ti.Episode, ti.State, ti.Steps = "ep-live", "ep-live", state, n
-		b, _ = json.Marshal(ti)
-		// As the recorder does, so that the page never reads half a file,
-		// the steps before the info that counts them.
-		for _, f := range []struct {
-			name string
-			data []byte
-		}{{"trajectory.jsonl", bytes.Join(steps[:n], nil)}, {"info.json", b}} {
-			tmp := filepath.Join(live, f.name+".tmp")
-			if err := os.WriteFile(tmp, f.data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(tmp, filepath.Join(live, f.name)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	setInfo(api.TrajectoryRecording, 1)
-	do(t, ctx, 20*time.Second, chromedp.Navigate(srv.URL+"/trajectories/ep-live"))
-	poll(t, ctx, 20*time.Second, `document.body.dataset.loaded === 'true'`)
-	if got := text("#count"); got != "1 step" {
-		t.Errorf("the recording trajectory's page reads %q, want 1 step", got)
-	}
-	setInfo(api.TrajectoryFinished, 2)
-	poll(t, ctx, 20*time.Second, `document.getElementById('count').innerText === '2 steps' && document.getElementById('stepno').innerText === 'step 2 of 2'`)
-	if got := text("#summary"); !strings.HasPrefix(got, "finished") {
-		t.Errorf("the trajectory's summary reads %q once finished", got)
-	}
-
 	// The list, the dashboard and the VM page link to it.
 	link := `a[href="/trajectories/` + id + `"]`
 	for _, page := range []string{"/trajectories", "/", "/vms/" + vm.ID} {
@@ -330,64 +292,4 @@ func writeTrajectory(t *testing.T, dir, id, vm string) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// trajectoryAPI answers the trajectory routes of the API from the
-// trajectories in dir, as the issue's contract shapes them, and hands
-// everything else to next. It stands in for the routes until they are
-// served by package web.
-func trajectoryAPI(dir string, next http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	notFound := func(w http.ResponseWriter, id string) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		json.NewEncoder(w).Encode(api.ErrorResponse{Error: api.ErrorBody{Code: api.CodeNotFound, //nolint:errcheck
-			Message: fmt.Sprintf("trajectory %s: not found", id)}})
-	}
-	info := func(id string) (api.TrajectoryInfo, bool) {
-		var ti api.TrajectoryInfo
-		b, err := os.ReadFile(filepath.Join(dir, id, "deskfarm", "info.json"))
-		return ti, err == nil && json.Unmarshal(b, &ti) == nil
-	}
-	mux.HandleFunc("GET /v1/trajectories", func(w http.ResponseWriter, r *http.Request) {
-		list := api.TrajectoryList{Trajectories: []api.TrajectoryInfo{}}
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if ti, ok := info(e.Name()); ok {
-				list.Trajectories = append(list.Trajectories, ti)
-				list.TotalBytes += ti.Bytes
-			}
-		}
-		json.NewEncoder(w).Encode(list) //nolint:errcheck
-	})
-	mux.HandleFunc("GET /v1/trajectories/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		ti, ok := info(id)
-		if !ok {
-			notFound(w, id)
-			return
-		}
-		tr := api.Trajectory{TrajectoryInfo: ti}
-		b, _ := os.ReadFile(filepath.Join(dir, id, "deskfarm", "trajectory.jsonl"))
-		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-			var s api.TrajectoryStep
-			if json.Unmarshal(line, &s) == nil {
-				tr.StepList = append(tr.StepList, s)
-			}
-		}
-		json.NewEncoder(w).Encode(tr) //nolint:errcheck
-	})
-	mux.HandleFunc("GET /v1/trajectories/{id}/files/{name...}", func(w http.ResponseWriter, r *http.Request) {
-		id, name := r.PathValue("id"), r.PathValue("name")
-		f, err := os.Open(filepath.Join(dir, id, "deskfarm", filepath.FromSlash(name)))
-		if !filepath.IsLocal(name) || err != nil {
-			notFound(w, id+"/"+name)
-			return
-		}
-		defer f.Close()
-		st, _ := f.Stat()
-		http.ServeContent(w, r, name, st.ModTime(), f)
-	})
-	mux.Handle("/", next)
-	return mux
 }

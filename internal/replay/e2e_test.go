@@ -131,6 +131,10 @@ func TestE2EReplayTerminalEpisode(t *testing.T) {
 	if _, err := c.EndEpisode(ctx, ep.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The score a harness would report: OSWorld's result.txt.
+	if err := c.SetTrajectoryResult(ctx, ep.ID, 1); err != nil {
+		t.Fatal(err)
+	}
 
 	// Export with the CLI, as a user would.
 	dir := t.TempDir()
@@ -152,6 +156,10 @@ func TestE2EReplayTerminalEpisode(t *testing.T) {
 			t.Errorf("the export lacks %s: %v", name, err)
 		}
 	}
+	if b, err := os.ReadFile(filepath.Join(exportDir, "result.txt")); err != nil || strings.TrimSpace(string(b)) != "1.0" {
+		t.Errorf("result.txt holds %q (%v), want 1.0", b, err)
+	}
+	checkOSWorldMonitor(t, ctx, exportDir, "terminal")
 	tr, err := replay.Load(exportDir)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 let traj = null;
 let steps = [];
 let cur = -1;
+let videoOf = ''; // the trajectory's state when the video was loaded
 
 // fileURL is a file of the trajectory's deskfarm/ directory.
 function fileURL(name) { return `${base}/files/${name.split('/').map(encodeURIComponent).join('/')}`; }
@@ -225,10 +226,13 @@ function render() {
     li.onclick = () => show(i);
     return li;
   }));
-  if (t.video && !video.getAttribute('src')) {
+  // A recording's video grows until it ends: read again once it has.
+  if (t.video && (!video.getAttribute('src') || (videoOf === 'recording' && t.state !== 'recording'))) {
     video.src = fileURL(t.video);
+    video.load();
     video.hidden = false;
   }
+  videoOf = t.state;
 }
 
 async function load() {
