@@ -29,34 +29,6 @@ import (
 	"github.com/deskfarm/deskfarm/web"
 )
 
-// e2eDesks and e2eEpisodes adapt the farm's desks and pools for package
-// trajectory, as serve does (cmd/deskfarm/trajectories.go).
-type e2eDesks struct{ p *desk.Pool }
-
-func (d e2eDesks) Screen(ctx context.Context, vm string) (trajectory.Screen, error) {
-	dk, err := d.p.Get(ctx, vm)
-	if err != nil {
-		return nil, err
-	}
-	return dk.Display, nil
-}
-
-func (d e2eDesks) HumanInputs(ctx context.Context, vm string) (<-chan desk.HumanInput, func(), error) {
-	dk, err := d.p.Get(ctx, vm)
-	if err != nil {
-		return nil, nil, err
-	}
-	ch, cancel := dk.HumanInputs()
-	return ch, cancel, nil
-}
-
-type e2eEpisodes struct{ m *pool.Manager }
-
-func (e e2eEpisodes) Changed() <-chan struct{} { return e.m.Changed() }
-func (e e2eEpisodes) Active(id string) bool {
-	ep, err := e.m.Get(id)
-	return err == nil && ep.State == pool.EpisodeActive
-}
 
 // A recorded Claude computer_20251124 episode on the real desktop, as an
 // agent loop runs one (tool_use inputs sent to the episode's actions
@@ -81,13 +53,13 @@ func TestE2ETrajectoryClaudeEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm, err := trajectory.New(trajectory.Config{Dir: trajDir, Desks: e2eDesks{desks}})
+	tm, err := trajectory.New(trajectory.Config{Dir: trajDir, Desks: trajectory.DeskPool(desks)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan struct{})
-	go func() { defer close(ran); tm.Run(runCtx, e2eEpisodes{pm}) }()
+	go func() { defer close(ran); tm.Run(runCtx, trajectory.PoolEpisodes(pm)) }()
 	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: desks, Pools: pm, Trajectories: tm}))
 	t.Cleanup(func() {
 		srv.Close()

@@ -25,26 +25,6 @@ import (
 	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 )
 
-// trajDesks is trajectory.Desks over a desk pool, as serve adapts it.
-type trajDesks struct{ p *desk.Pool }
-
-func (t trajDesks) Screen(ctx context.Context, vm string) (trajectory.Screen, error) {
-	d, err := t.p.Get(ctx, vm)
-	if err != nil {
-		return nil, err
-	}
-	return d.Display, nil
-}
-
-func (t trajDesks) HumanInputs(ctx context.Context, vm string) (<-chan desk.HumanInput, func(), error) {
-	d, err := t.p.Get(ctx, vm)
-	if err != nil {
-		return nil, nil, err
-	}
-	ch, cancel := d.HumanInputs()
-	return ch, cancel, nil
-}
-
 // trajServer is deskServer with a trajectory store, returned too.
 func trajServer(t *testing.T) (*httptest.Server, *trajectory.Manager) {
 	t.Helper()
@@ -67,7 +47,7 @@ func trajServer(t *testing.T) (*httptest.Server, *trajectory.Manager) {
 // any) until the test ends.
 func runTrajectories(t *testing.T, desks *desk.Pool, eps trajectory.Episodes) *trajectory.Manager {
 	t.Helper()
-	m, err := trajectory.New(trajectory.Config{Dir: t.TempDir(), Desks: trajDesks{desks}, Log: slog.New(slog.DiscardHandler)})
+	m, err := trajectory.New(trajectory.Config{Dir: t.TempDir(), Desks: trajectory.DeskPool(desks), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

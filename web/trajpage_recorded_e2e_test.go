@@ -32,7 +32,7 @@ import (
 func TestE2ETrajectoryPageRecorded(t *testing.T) {
 	m := testenv.Manager(t, "tiny")
 	desks := desk.NewPool(m, nil)
-	tm, err := trajectory.New(trajectory.Config{Dir: filepath.Join(t.TempDir(), "trajectories"), Desks: e2eDesks{desks}})
+	tm, err := trajectory.New(trajectory.Config{Dir: filepath.Join(t.TempDir(), "trajectories"), Desks: trajectory.DeskPool(desks)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -303,7 +303,7 @@ func runServe(ctx context.Context, stop func(), cfg farmConfig, ln net.Listener,
 	// has shut down (their trajectories finished, not interrupted).
 	var eps trajectory.Episodes
 	if opts.Pools != nil {
-		eps = trajectoryEpisodes{opts.Pools}
+		eps = trajectory.PoolEpisodes(opts.Pools)
 	}
 	trajCtx, stopTraj := context.WithCancel(context.Background())
 	trajDone := make(chan struct{})

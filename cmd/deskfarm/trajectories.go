@@ -15,7 +15,6 @@ import (
 	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/guestx"
-	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -29,41 +28,10 @@ func newTrajectories(cfg farmConfig, farm vmm.Farm, desks *desk.Pool, log *slog.
 		Dir:         filepath.Join(cfg.StateDir, trajectoriesDir),
 		BudgetBytes: cfg.TrajectoryBudget,
 		Retention:   cfg.TrajectoryRetention,
-		Desks:       trajectoryDesks{desks},
+		Desks:       trajectory.DeskPool(desks),
 		A11y:        guestA11y(farm),
 		Log:         log,
 	})
-}
-
-// trajectoryDesks is trajectory.Desks over the farm's desks.
-type trajectoryDesks struct{ p *desk.Pool }
-
-func (t trajectoryDesks) Screen(ctx context.Context, vm string) (trajectory.Screen, error) {
-	d, err := t.p.Get(ctx, vm)
-	if err != nil {
-		return nil, err
-	}
-	return d.Display, nil
-}
-
-func (t trajectoryDesks) HumanInputs(ctx context.Context, vm string) (<-chan desk.HumanInput, func(), error) {
-	d, err := t.p.Get(ctx, vm)
-	if err != nil {
-		return nil, nil, err
-	}
-	ch, cancel := d.HumanInputs()
-	return ch, cancel, nil
-}
-
-// trajectoryEpisodes is trajectory.Episodes over the pools: an episode is
-// active while it holds its VM.
-type trajectoryEpisodes struct{ m *pool.Manager }
-
-func (t trajectoryEpisodes) Changed() <-chan struct{} { return t.m.Changed() }
-
-func (t trajectoryEpisodes) Active(id string) bool {
-	ep, err := t.m.Get(id)
-	return err == nil && ep.State == pool.EpisodeActive
 }
 
 // guestA11y reads a VM's accessibility tree in OSWorld's XML, as the
