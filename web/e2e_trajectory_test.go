@@ -29,7 +29,6 @@ import (
 	"github.com/deskfarm/deskfarm/web"
 )
 
-
 // A recorded Claude computer_20251124 episode on the real desktop, as an
 // agent loop runs one (tool_use inputs sent to the episode's actions
 // route), with a person's takeover click in the middle: the export's
