@@ -179,7 +179,9 @@ func TestE2EReplayTerminalEpisode(t *testing.T) {
 	for i := 1; i <= runs; i++ {
 		out, err := cli("replay", exportDir, "--pool", "desktop", "--save", filepath.Join(dir, "replay-"+strconv.Itoa(i)))
 		t.Logf("replay %d:\n%s", i, out)
-		if err == nil && strings.Contains(out, "reproduced all") {
+		// The last step, the exec of cat, must run again and find the
+		// file the replayed typing wrote (exit 0 as recorded).
+		if err == nil && strings.Contains(out, "reproduced all") && strings.Contains(out, "agent exec\tplayed") {
 			reproduced++
 		} else {
 			t.Errorf("replay %d did not reproduce every step: %v", i, err)

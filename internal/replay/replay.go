@@ -342,7 +342,15 @@ func (p *player) actions(ctx context.Context, s api.TrajectoryStep, res StepResu
 func (p *player) exec(ctx context.Context, s api.TrajectoryStep, res StepResult) (StepResult, error) {
 	var req api.ExecRequest
 	if err := json.Unmarshal(s.Request, &req); err != nil || len(req.Argv) == 0 {
-		res.Outcome, res.Reason = OutcomeSkipped, "no exec request recorded"
+		// The farm keeps an exec step's argv and sizes, not its request
+		// (stdin may be large): run the argv again.
+		req = api.ExecRequest{}
+		if s.Exec != nil {
+			req.Argv = s.Exec.Argv
+		}
+	}
+	if len(req.Argv) == 0 {
+		res.Outcome, res.Reason = OutcomeSkipped, "no exec argv recorded"
 		return res, nil
 	}
 	out, err := p.c.Exec(ctx, p.target, req)
