@@ -6,7 +6,8 @@
 # and the soak (/var/lib/deskfarm-soak); never a user's /var/lib/deskfarm.
 # It also checks that kubetest's control planes and netns are gone.
 set -euo pipefail
-dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-faults /var/lib/deskfarm-bench /var/lib/deskfarm-soak)
+dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-faults /var/lib/deskfarm-bench /var/lib/deskfarm-soak
+	/var/lib/deskfarm-replay-e2e /var/lib/deskfarm-bench-trajectory)
 bad=0
 doms=$(for d in $(virsh -c qemu:///system list --all --name | grep '^deskfarm-' || true); do
 	xml=$(virsh -c qemu:///system dumpxml "$d" 2>/dev/null || true)
@@ -25,6 +26,13 @@ for s in "${dirs[@]}"; do
 		bad=1
 	fi
 done
+# The disk-full tests of video and trajectory mount small tmpfs under
+# /var/lib/deskfarm-*: each must be gone.
+mnts=$(awk '$2 ~ "^/var/lib/deskfarm" {print $2}' /proc/mounts)
+if [ -n "$mnts" ]; then
+	echo "leftover mounts: $mnts" >&2
+	bad=1
+fi
 # internal/kubetest: control planes' data dirs and processes, and the
 # network namespaces of simulated node agents (the dfk-br0 bridge stays).
 kube=$(ls -d /var/lib/deskfarm-test-kube-* 2>/dev/null || true)
