@@ -94,6 +94,11 @@ type Options struct {
 	// (trajectories.go, record.go); nil answers the trajectory routes with
 	// 501 and records nothing.
 	Trajectories *trajectory.Manager
+	// MaxSnapshots and MaxSnapshotBytes are the farm's limits of a VM's
+	// named snapshots (vmm.Config's), listed by GET .../snapshots; 0 means
+	// vmm's defaults.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
 	// AdvertiseURL is this agent's base URL as the other agents reach it
 	// (serve --advertise), shown in its episodes' records (api.Episode.URL).
 	AdvertiseURL string
@@ -126,10 +131,13 @@ type server struct {
 	live *liveHub
 	// The cluster agent's front door (cluster.go); cluster nil on a
 	// single host.
-	cluster        cluster.Front
-	clusterToken   string
-	advertise      string
-	proxyTransport *http.Transport
+	// maxSnapshots and maxSnapshotBytes are Options' (snapshots.go).
+	maxSnapshots     int
+	maxSnapshotBytes int64
+	cluster          cluster.Front
+	clusterToken     string
+	advertise        string
+	proxyTransport   *http.Transport
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -147,7 +155,8 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 func newServer(farm vmm.Farm, opts Options) *server {
 	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
 		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts),
-		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL, traj: opts.Trajectories}
+		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL, traj: opts.Trajectories,
+		maxSnapshots: opts.MaxSnapshots, maxSnapshotBytes: opts.MaxSnapshotBytes}
 	if s.cluster != nil {
 		s.proxyTransport = newProxyTransport()
 	}
@@ -241,22 +250,27 @@ func (s *server) reset(w http.ResponseWriter, r *http.Request, t target) error {
 	if err != nil {
 		return err
 	}
-	if s.desks != nil {
-		// Answer once the desk has applied the reset, so that the client's
-		// next call (taking control, holding a key) never races it.
-		wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
-		err := s.desks.WaitReset(wctx, id, start)
-		cancel()
-		if err != nil {
-			s.log.Warn("reset answered before its desk applied it", "vm", id, "op", "reset", "err", err)
-		}
-	}
+	s.waitReset(r, id, start, "reset")
 	writeJSON(w, http.StatusOK, api.ResetResponse{
 		ID:           id,
 		ResetSeconds: res.Duration.Seconds(),
 		ResetMS:      res.Duration.Milliseconds(),
 	})
 	return nil
+}
+
+// waitReset returns once vm's desk has applied a reset (or a revert) begun
+// at start, so that the client's next call (taking control, holding a key)
+// never races it.
+func (s *server) waitReset(r *http.Request, vm string, start time.Time, op string) {
+	if s.desks == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
+	defer cancel()
+	if err := s.desks.WaitReset(wctx, vm, start); err != nil {
+		s.log.Warn("answered before the desk applied the reset", "vm", vm, "op", op, "err", err)
+	}
 }
 
 func (s *server) exec(w http.ResponseWriter, r *http.Request, t target) error {
