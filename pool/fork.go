@@ -110,8 +110,8 @@ func (m *Manager) reserveFork(p *poolRT, n int) ([]*member, error) {
 		m.met.refused.WithLabelValues(p.cfg.Name, "pool_full").Inc()
 		// Warm VMs are not counted as room: a fork makes new VMs, it
 		// does not take warm ones.
-		return nil, fmt.Errorf("%w: a fork of %d does not fit under the pool's max of %d: %d would (%d VMs leased, warm, booting or being reset)",
-			ErrPoolFull, n, p.cfg.Max, max(p.cfg.Max-c.total, 0), c.total)
+		return nil, fielderr.Newf("count", ErrPoolFull, "a fork of %d does not fit under the pool's max of %d: %d would (%d VMs leased, warm, booting or being reset)",
+			n, p.cfg.Max, max(p.cfg.Max-c.total, 0), c.total)
 	}
 	mbs := make([]*member, n)
 	for i := range mbs {

@@ -190,6 +190,7 @@ func TestCoreTypesHaveNoWireTags(t *testing.T) {
 func TestWireSnapshot(t *testing.T) {
 	var s vmm.Snapshot
 	fill.All(&s)
+	s.Took = 1500 * time.Millisecond // fill's few nanoseconds are 0 ms
 	out := apiSnapshot(s)
 	for _, p := range fill.Converted(s, out, fill.Skip{Renamed: []string{"Created", "Took"}}) {
 		t.Error(p)

@@ -94,11 +94,6 @@ type Options struct {
 	// (trajectories.go, record.go); nil answers the trajectory routes with
 	// 501 and records nothing.
 	Trajectories *trajectory.Manager
-	// MaxSnapshots and MaxSnapshotBytes are the farm's limits of a VM's
-	// named snapshots (vmm.Config's), listed by GET .../snapshots; 0 means
-	// vmm's defaults.
-	MaxSnapshots     int
-	MaxSnapshotBytes int64
 	// AdvertiseURL is this agent's base URL as the other agents reach it
 	// (serve --advertise), shown in its episodes' records (api.Episode.URL).
 	AdvertiseURL string
@@ -131,13 +126,10 @@ type server struct {
 	live *liveHub
 	// The cluster agent's front door (cluster.go); cluster nil on a
 	// single host.
-	// maxSnapshots and maxSnapshotBytes are Options' (snapshots.go).
-	maxSnapshots     int
-	maxSnapshotBytes int64
-	cluster          cluster.Front
-	clusterToken     string
-	advertise        string
-	proxyTransport   *http.Transport
+	cluster        cluster.Front
+	clusterToken   string
+	advertise      string
+	proxyTransport *http.Transport
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -155,8 +147,7 @@ func NewServer(farm vmm.Farm, opts Options) http.Handler {
 func newServer(farm vmm.Farm, opts Options) *server {
 	s := &server{farm: farm, log: opts.Logger, token: opts.Token, trusted: opts.TrustedNets, desks: opts.Desks,
 		viewerToken: opts.ViewerToken, hosts: parseHosts(opts.AllowedHosts),
-		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL, traj: opts.Trajectories,
-		maxSnapshots: opts.MaxSnapshots, maxSnapshotBytes: opts.MaxSnapshotBytes}
+		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL, traj: opts.Trajectories}
 	if s.cluster != nil {
 		s.proxyTransport = newProxyTransport()
 	}

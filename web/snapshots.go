@@ -1,7 +1,6 @@
 package web
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"time"
@@ -22,6 +21,8 @@ type snapshotFarm interface {
 	Snapshots(ctx context.Context, id string) ([]vmm.Snapshot, error)
 	RevertSnapshot(ctx context.Context, id, name string) (vmm.ResetResult, error)
 	DeleteSnapshot(ctx context.Context, id, name string) error
+	// SnapshotLimits are the bounds a save is checked against.
+	SnapshotLimits() (maxCount int, maxBytes int64)
 }
 
 func (s *server) snapshotter() (snapshotFarm, error) {
@@ -60,8 +61,8 @@ func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, t target)
 	if err != nil {
 		return err
 	}
-	out := api.SnapshotList{Snapshots: make([]api.Snapshot, 0, len(snaps)),
-		MaxCount: cmp.Or(s.maxSnapshots, vmm.DefaultMaxSnapshots), MaxBytes: cmp.Or(s.maxSnapshotBytes, vmm.DefaultMaxSnapshotBytes)}
+	out := api.SnapshotList{Snapshots: make([]api.Snapshot, 0, len(snaps))}
+	out.MaxCount, out.MaxBytes = sf.SnapshotLimits()
 	for _, sn := range snaps {
 		out.Snapshots = append(out.Snapshots, apiSnapshot(sn))
 	}
