@@ -18,8 +18,8 @@ import (
 // start from its current RAM and disk, and it keeps running. The new VMs
 // are members of the pool like any other (LabelPool): they count against
 // its max (a fork that does not fit is ErrPoolFull, naming the max and how
-// many would fit), and when their episodes end they are reset to the ready
-// snapshot and stay warm. Each episode has its own lease of ttl (0: the
+// many would fit; unleased warm VMs are destroyed to make room), and when
+// their episodes end they are reset to the ready snapshot and stay warm. Each episode has its own lease of ttl (0: the
 // pool's default). vmm admits all n before it makes any; its refusal (a
 // *vmm.LimitError wrapping vmm.ErrInsufficientResources) says how many
 // would fit. On error no new episode is left.
@@ -95,27 +95,56 @@ func (m *Manager) Fork(ctx context.Context, episodeID string, n int, ttl time.Du
 }
 
 // reserveFork adds n booting members to p for a fork, reserved for it, when
-// p has room for them. It takes the lock.
+// p has room for them: under its max, counting the unleased warm VMs as
+// room, since a fork makes new VMs and a warm VM is only a spare. The warm
+// VMs whose room it takes are destroyed before it returns, so that vmm's
+// admission counts their memory free.
 func (m *Manager) reserveFork(p *poolRT, n int) ([]*member, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if err := m.removedLocked(p); err != nil {
+		m.mu.Unlock()
 		return nil, err
 	}
 	c := m.countLocked(p.cfg.Name)
-	if c.total+n > p.cfg.Max {
+	room := p.cfg.Max - (c.total - c.dying)
+	var spares []*member
+	for _, mb := range m.members {
+		if mb.pool == p.cfg.Name && mb.state == stWarm && !mb.reserved {
+			spares = append(spares, mb)
+		}
+	}
+	if fits := max(room, 0) + len(spares); n > fits {
 		m.met.refused.WithLabelValues(p.cfg.Name, "pool_full").Inc()
-		// Warm VMs are not counted as room: a fork makes new VMs, it
-		// does not take warm ones.
-		return nil, fielderr.Newf("count", ErrPoolFull, "a fork of %d does not fit under the pool's max of %d: %d would (%d VMs leased, warm, booting or being reset)",
-			n, p.cfg.Max, max(p.cfg.Max-c.total, 0), c.total)
+		m.mu.Unlock()
+		return nil, fielderr.Newf("count", ErrPoolFull, "a fork of %d does not fit under the pool's max of %d: %d would (%d VMs leased, booting or being reset)",
+			n, p.cfg.Max, fits, c.total-c.dying-len(spares))
+	}
+	type evicted struct {
+		mb *member
+		fx effects
+		t  target
+	}
+	var out []evicted
+	for _, mb := range spares[:max(n-room, 0)] {
+		t := m.targetLocked(mb, "fork")
+		if fx, err := m.stepLocked(mb, inEvict); err == nil {
+			out = append(out, evicted{mb, fx, t})
+		}
 	}
 	mbs := make([]*member, n)
 	for i := range mbs {
 		mbs[i], _ = m.addBootingLocked(p, true)
+	}
+	m.mu.Unlock()
+	for _, e := range out {
+		m.carry(e.mb, e.fx, e.t, carrying{})
+	}
+	if len(out) > 0 {
+		m.log.Info("warm vms destroyed for a fork", "op", "fork", "pool", p.cfg.Name, "count", len(out))
 	}
 	return mbs, nil
 }
