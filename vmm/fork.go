@@ -149,8 +149,18 @@ func (m *Manager) forkMachine(src *machine, labels map[string]string) *machine {
 func (m *Manager) admitAll(mcs []*machine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := CheckFork(len(mcs), mcs[0].spec.MemoryMiB, m.usedLocked(), m.memLimit); err != nil {
+	mem := mcs[0].spec.MemoryMiB
+	if err := CheckFork(len(mcs), mem, m.usedLocked(), m.memLimit); err != nil {
 		return err
+	}
+	// With guest memory overcommitted, the host's MemAvailable is a floor
+	// too (checkAvailableLocked): fewer may fit than the limit allows.
+	if err := m.checkAvailableLocked(len(mcs) * mem); err != nil {
+		fits := len(mcs) - 1
+		for fits > 0 && m.checkAvailableLocked(fits*mem) != nil {
+			fits--
+		}
+		return &LimitError{Limit: "memory", Max: int64(m.memLimit), Have: int64(m.usedLocked()), Asked: int64(len(mcs)), Fits: fits, Err: err}
 	}
 	for i, mc := range mcs {
 		if err := m.pickPortsLocked(mc.spec.Forwards); err != nil {
