@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
-	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
+	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
