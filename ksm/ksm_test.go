@@ -40,7 +40,7 @@ func readFile(t *testing.T, dir, f string) string {
 func TestEnableAndRestore(t *testing.T) {
 	dir := fakeSysfs(t)
 	os.WriteFile(filepath.Join(dir, "pages_to_scan"), []byte("1000\n"), 0o644)
-	e, err := Host{Dir: dir}.Enable(Farm)
+	e, err := Host{Dir: dir}.Enable(Settings{Advisor: "scan-time", AdvisorMaxCPU: 10, AdvisorTargetScanSeconds: 60, SleepMillisecs: 20, UseZeroPages: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestUnavailable(t *testing.T) {
 	// A kernel before the advisor: asking for it changes nothing.
 	dir := fakeSysfs(t)
 	os.Remove(filepath.Join(dir, "advisor_mode"))
-	if _, err := (Host{Dir: dir}).Enable(Farm); !errors.Is(err, ErrUnavailable) {
+	if _, err := (Host{Dir: dir}).Enable(Settings{Advisor: "scan-time"}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("no advisor: %v, want ErrUnavailable", err)
 	}
 	if got := readFile(t, dir, "run"); got != "0" {
@@ -116,6 +116,26 @@ func TestUnavailable(t *testing.T) {
 		if _, err := (Host{Dir: ro}).Enable(Farm); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("read-only run: %v, want ErrUnavailable", err)
 		}
+	}
+}
+
+// The farm's settings: a fixed rate, the advisor off.
+func TestEnableFarm(t *testing.T) {
+	dir := fakeSysfs(t)
+	e, err := Host{Dir: dir}.Enable(Farm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, v := range map[string]string{"run": "1", "advisor_mode": "[none] scan-time", "pages_to_scan": "1000", "use_zero_pages": "1"} {
+		if got := readFile(t, dir, f); got != v {
+			t.Errorf("%s = %q, want %q", f, got, v)
+		}
+	}
+	if err := e.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, dir, "pages_to_scan"); got != "100" {
+		t.Errorf("pages_to_scan = %q after Restore, want 100", got)
 	}
 }
 

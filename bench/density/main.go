@@ -63,7 +63,7 @@ func main() {
 	flag.IntVar(&o.max, "max", 50, "desktops to try on the after side in all")
 	flag.IntVar(&o.rounds, "rounds", 10, "resets, screenshots and clicks timed on each side")
 	flag.StringVar(&o.state, "state", "/var/lib/deskfarm-bench-density", "the farm's state dir")
-	flag.Float64Var(&o.overcommit, "overcommit", 2.5, "vmm.Config.MemoryOvercommit of the after side")
+	flag.Float64Var(&o.overcommit, "overcommit", 3, "vmm.Config.MemoryOvercommit of the after side")
 	flag.DurationVar(&o.ksmWait, "ksm-wait", 4*time.Minute, "longest wait for KSM to settle after the creates")
 	flag.DurationVar(&o.activeWait, "active-wait", 90*time.Second, "how long the browser runs before its desktop is measured")
 	flag.DurationVar(&o.idleWindow, "idle-window", 30*time.Second, "the idle desktops' settle without KSM, and the window of ksmd's idle CPU")
@@ -90,6 +90,7 @@ type side struct {
 	ksmSaved    int64          // bytes
 	reset, shot []time.Duration
 	click       []time.Duration
+	active      bool    // the browser was measured
 	activeRSS   float64 // MiB more in the browsing desktop's QEMU
 	activePSS   float64
 	activeAvail float64 // MiB less MemAvailable
@@ -143,6 +144,9 @@ func measureSide(ctx context.Context, o options, name string, cfg vmm.Config, wi
 
 	s.avail0 = availMiB(3)
 	fmt.Fprintf(os.Stderr, "%s: %d MiB available; creating %d desktops\n", name, s.avail0, o.n)
+	if used, limit := m.Capacity(); used == 0 {
+		fmt.Fprintf(os.Stderr, "  admission: guest memory limit %d MiB\n", limit)
+	}
 	opts := vmm.CreateOptions{Image: o.image, MemoryMiB: o.mem, VCPUs: o.vcpus}
 	for i := 0; i < o.n; i++ {
 		t0 := time.Now()
@@ -257,7 +261,7 @@ func activeCost(ctx context.Context, m *vmm.Manager, vm vmm.VM, wait time.Durati
 		return fmt.Errorf("no firefox process after %s (%v)", wait, err)
 	}
 	rss1, pss1 := qemuMem(vm.Domain)
-	s.activeRSS, s.activePSS, s.activeAvail = rss1-rss0, pss1-pss0, float64(avail0-availMiB(3))
+	s.active, s.activeRSS, s.activePSS, s.activeAvail = true, rss1-rss0, pss1-pss0, float64(avail0-availMiB(3))
 	fmt.Fprintf(os.Stderr, "  browser open %s: QEMU RSS +%.0f, PSS +%.0f, MemAvailable -%.0f MiB\n", wait, s.activeRSS, s.activePSS, s.activeAvail)
 	return nil
 }
@@ -359,6 +363,9 @@ func printSides(o options, sides ...side) {
 		return stats.MS(stats.Pct(s.click, 50)) + " / " + stats.MS(stats.Pct(s.click, 95))
 	})
 	row(fmt.Sprintf("browser open on a page (%s): QEMU RSS / PSS / MemAvailable, more", o.activeWait), func(s side) string {
+		if !s.active {
+			return "not measured"
+		}
 		return fmt.Sprintf("+%.0f / +%.0f / %.0f MiB", s.activeRSS, s.activePSS, s.activeAvail)
 	})
 }

@@ -93,12 +93,13 @@ const (
 	defaultCacheDir      = "/var/cache/deskfarm"
 	defaultAccel         = "auto"
 	defaultLibvirtSocket = "/run/libvirt/libvirt-sock"
-	// defaultMemoryOvercommit lets about 50 idle 1 GiB desktops onto a
-	// 24 GiB host: with KSM and free page reporting one costs the host
-	// well under half its guest RAM (docs/benchmarks.md, "Density"), and
-	// admission's MemAvailable floor stops creates when the host is
+	// defaultMemoryOvercommit lets 50 idle 1 GiB desktops onto this
+	// project's 24 GiB host (libvirt reports 21209 MiB: 3 x (21209 - 2048)
+	// MiB is room for 56): with KSM and free page reporting one costs the
+	// host a fraction of its guest RAM (docs/benchmarks.md, "Density"),
+	// and admission's MemAvailable floor stops creates when the host is
 	// actually short.
-	defaultMemoryOvercommit = 2.5
+	defaultMemoryOvercommit = 3
 
 	// shutdownGrace is how long in-flight requests get to finish after
 	// SIGINT/SIGTERM; then they are canceled (a create removes what it made).
