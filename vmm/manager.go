@@ -68,6 +68,11 @@ type Config struct {
 	// overhead, page cache) when MemoryLimitMiB is 0. Default
 	// DefaultMemoryReserveMiB.
 	MemoryReserveMiB int
+	// MaxSnapshots and MaxSnapshotBytes bound each VM's named snapshots
+	// (SaveSnapshot): how many and how many bytes of saved RAM. Default
+	// DefaultMaxSnapshots, DefaultMaxSnapshotBytes.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
 	// MemoryOvercommit lets the guest memory of all VMs together be this
 	// many times the host's (less MemoryReserveMiB) when MemoryLimitMiB is
 	// 0: idle guests from one image share most pages (KSM, package ksm)
@@ -120,6 +125,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MemoryReserveMiB == 0 {
 		c.MemoryReserveMiB = DefaultMemoryReserveMiB
+	}
+	if c.MaxSnapshots == 0 {
+		c.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = DefaultMaxSnapshotBytes
 	}
 	if c.MemoryOvercommit < 1 {
 		c.MemoryOvercommit = 1

@@ -13,7 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
 // Snapshot is one named snapshot of a VM.
@@ -58,6 +61,9 @@ func (e *LimitError) Error() string {
 	if e.Limit == "memory" {
 		return fmt.Sprintf("fork of %d does not fit: %d would (guest memory limit %d MiB, %d taken)", e.Asked, e.Fits, e.Max, e.Have)
 	}
+	if e.Limit == "snapshot_bytes_per_vm" {
+		return fmt.Sprintf("limit %s reached: %d bytes held and about %d more for a new one; at most %d", e.Limit, e.Have, e.Asked, e.Max)
+	}
 	return fmt.Sprintf("limit %s reached: %d of %d", e.Limit, e.Have, e.Max)
 }
 
@@ -69,6 +75,58 @@ const (
 	DefaultMaxSnapshots     = 16
 	DefaultMaxSnapshotBytes = 8 << 30
 )
+
+// Snapshot name rules (CheckSnapshotName).
+const (
+	MaxSnapshotNameLen = 64
+	// ReservedSnapshotPrefix starts the names deskfarm keeps for itself
+	// (the ready snapshot, a fork's transfer snapshot).
+	ReservedSnapshotPrefix = "deskfarm-"
+)
+
+// CheckSnapshotName checks a snapshot name as SaveSnapshot does: 1-64 of
+// [A-Za-z0-9_.-], starting with a letter or digit, not reserved. The
+// charset also keeps the name one word of an HMP command line.
+func CheckSnapshotName(name string) error {
+	if name == "" || len(name) > MaxSnapshotNameLen {
+		return fielderr.Newf("name", ErrInvalid, "%q: want 1-%d characters", name, MaxSnapshotNameLen)
+	}
+	for i, r := range name {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || r != '.' && r != '_' && r != '-') {
+			return fielderr.Newf("name", ErrInvalid, "%q: want A-Z, a-z, 0-9, '.', '_', '-', starting with a letter or digit", name)
+		}
+	}
+	if strings.HasPrefix(name, ReservedSnapshotPrefix) {
+		return fielderr.Newf("name", ErrInvalid, "%q: names beginning %q are deskfarm's own", name, ReservedSnapshotPrefix)
+	}
+	return nil
+}
+
+// CheckSnapshotLimits says whether a VM holding the named snapshots held
+// may save one more, under at most maxCount snapshots and maxBytes bytes of
+// them. The size of a save is not known before it is made: estimate (the
+// largest snapshot the VM has taken, its ready one included) stands for
+// it, so a refusal comes before the bytes are written rather than after.
+func CheckSnapshotLimits(held []Snapshot, estimate int64, maxCount int, maxBytes int64) error {
+	if len(held) >= maxCount {
+		return &LimitError{Limit: "snapshots_per_vm", Max: int64(maxCount), Have: int64(len(held)), Asked: 1, Err: ErrSnapshotLimit}
+	}
+	var have int64
+	for _, s := range held {
+		have += s.Bytes
+	}
+	if have+estimate > maxBytes {
+		return &LimitError{Limit: "snapshot_bytes_per_vm", Max: maxBytes, Have: have, Asked: estimate, Err: ErrSnapshotLimit}
+	}
+	return nil
+}
+
+// SnapshotLimits returns the bounds of each VM's named snapshots
+// (Config.MaxSnapshots, Config.MaxSnapshotBytes).
+func (m *Manager) SnapshotLimits() (maxCount int, maxBytes int64) {
+	return m.cfg.MaxSnapshots, m.cfg.MaxSnapshotBytes
+}
 
 // SaveSnapshot saves the VM's RAM, devices and disk as the named snapshot.
 // The VM keeps running (it pauses for the save) and its VNC clients stay.
@@ -111,6 +169,26 @@ type ForkOptions struct {
 
 // MaxFork bounds ForkOptions.Count.
 const MaxFork = 32
+
+// CheckFork says whether count new VMs of memMiB each fit beside usedMiB
+// under limitMiB (0: no limit), as a fork's admission does: all or none.
+func CheckFork(count, memMiB, usedMiB, limitMiB int) error {
+	if limitMiB <= 0 || usedMiB+count*memMiB <= limitMiB {
+		return nil
+	}
+	fits := max(0, (limitMiB-usedMiB)/memMiB)
+	return &LimitError{Limit: "memory", Max: int64(limitMiB), Have: int64(usedMiB), Asked: int64(count), Fits: fits, Err: ErrInsufficientResources}
+}
+
+// ForkForwards are a fork's forwards: the source's guest ports, each on a
+// host port picked anew (the source keeps its own).
+func ForkForwards(src []Forward) []Forward {
+	var out []Forward
+	for _, f := range src {
+		out = append(out, Forward{GuestPort: f.GuestPort})
+	}
+	return out
+}
 
 // Fork starts opts.Count new VMs from the VM's current RAM, devices and
 // disk; the source keeps running (it pauses for the save and the copy).
