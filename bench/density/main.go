@@ -94,6 +94,9 @@ type side struct {
 	activeRSS   float64 // MiB more in the browsing desktop's QEMU
 	activePSS   float64
 	activeAvail float64 // MiB less MemAvailable
+	// usedRSS and usedPSS are the browsing desktop's, MiB, once reset
+	// and settled: a desktop back in the pool after an episode.
+	usedRSS, usedPSS float64
 }
 
 func run(o options) error {
@@ -191,6 +194,12 @@ func measureSide(ctx context.Context, o options, name string, cfg vmm.Config, wi
 	if len(vms) > 1 {
 		if err := activeCost(ctx, m, vms[1], o.activeWait, &s); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: active desktop not measured: %v\n", name, err)
+		} else if _, err := m.Reset(ctx, vms[1].ID); err != nil {
+			return s, err
+		} else {
+			time.Sleep(o.idleWindow)
+			s.usedRSS, s.usedPSS = qemuMem(vms[1].Domain)
+			fmt.Fprintf(os.Stderr, "  the browsing desktop reset, %s later: QEMU RSS %.0f, PSS %.0f MiB\n", o.idleWindow, s.usedRSS, s.usedPSS)
 		}
 	}
 	if withKSM {
@@ -349,6 +358,18 @@ func printSides(o options, sides ...side) {
 			return "n/a"
 		}
 		return fmt.Sprintf("%.0f", float64(s.avail0-reserveMiB)/s.availDrop)
+	})
+	row("the browsing desktop, reset (back in the pool), after the idle window: QEMU RSS / PSS", func(s side) string {
+		if !s.active {
+			return "not measured"
+		}
+		return fmt.Sprintf("%.0f / %.0f MiB", s.usedRSS, s.usedPSS)
+	})
+	row("desktops per host, extrapolated by PSS ((MemAvailable - 2 GiB) / PSS)", func(s side) string {
+		if mean(s.pss) <= 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f", float64(s.avail0-reserveMiB)/mean(s.pss))
 	})
 	row("settled after", func(s side) string { return s.settle.Round(time.Second).String() })
 	row("KSM saves", func(s side) string { return fmt.Sprintf("%.0f MiB", float64(s.ksmSaved)/(1<<20)) })
