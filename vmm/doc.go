@@ -17,7 +17,9 @@
 //   - options.go: CreateOptions, normalised once (Normalize) by every
 //     caller, web included; network.go: network modes, forwards and the
 //     host ports they take; admission.go: the host's limits (CPUs,
-//     Config.MemoryLimitMiB, Capacity) and registering a new VM.
+//     Config.MemoryLimitMiB, overcommitted by Config.MemoryOvercommit with
+//     a floor on the host's MemAvailable, Capacity) and registering a new
+//     VM.
 //   - create.go: Create as named steps (overlay, define, start, restore |
 //     wait-display + snapshot, wait-agent, mark-ready) run by steps.go's
 //     runSteps with reverse undo; qemuimg.go: the overlay on the base;
@@ -41,9 +43,11 @@
 //   - recover.go: a restarted deskfarm adopts its ready VMs (labels
 //     included) and removes half-made ones and orphan directories.
 //   - agent.go, agentproto.go: the guest agent; monitor.go: QEMU's human
-//     monitor (savevm/loadvm/delvm, info snapshots); session.go: deskfarm's own guest channel.
-//   - domainxml.go: the domain definition and deskfarm's metadata in it;
-//     security.go: the host's sVirt model.
+//     monitor (savevm/loadvm/delvm, info snapshots); session.go: deskfarm's
+//     own guest channel.
+//   - domainxml.go: the domain definition (with the virtio balloon's free
+//     page reporting) and deskfarm's metadata in it; security.go: the
+//     host's sVirt model.
 //
 // Security: VM directories, overlays and saved ready states are readable by
 // the QEMU user (or root) alone; guests have no network unless created with

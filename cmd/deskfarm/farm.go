@@ -73,15 +73,17 @@ func openFarm(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, erro
 	}
 	store := &images.Store{CacheDir: cfg.CacheDir, Log: slog.Default()}
 	m, err := vmm.New(ctx, vmm.Config{StateDir: cfg.StateDir, Accel: cfg.Accel, LibvirtSocket: cfg.LibvirtSocket,
-		Images: vmm.StoreImages{Store: store}, Log: slog.Default()})
+		Images: vmm.StoreImages{Store: store}, Log: slog.Default(), MemoryOvercommit: cfg.MemoryOvercommit})
 	if err != nil {
 		return nil, nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		eventQueueCollector{m})
+	restoreKSM := startKSM(!cfg.NoKSM, slog.Default()) // ksm.go
 	pools, err := pool.New(ctx, m, pc, pool.Options{StateDir: cfg.StateDir, Log: slog.Default(), Registerer: reg})
 	if err != nil {
+		restoreKSM()
 		m.Close()
 		return nil, nil, fmt.Errorf("start pools: %w", err)
 	}
@@ -90,7 +92,9 @@ func openFarm(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, erro
 	}
 	closeFn := func() error {
 		// A warm VM still booting is canceled (and removed) by its create.
-		return errors.Join(pools.Close(), m.Close())
+		err := errors.Join(pools.Close(), m.Close())
+		restoreKSM()
+		return err
 	}
 	return managedFarm{Manager: m, pools: pools, reg: reg}, closeFn, nil
 }

@@ -76,6 +76,14 @@ type farmConfig struct {
 	// TrajectoryRetention removes finished trajectories older than this
 	// (--trajectory-retention); negative keeps them. 0: the default.
 	TrajectoryRetention time.Duration
+	// NoKSM is --ksm=false: the host's same-page merging is left as it is.
+	// By default the farm turns it on and restores it when closed (ksm.go).
+	NoKSM bool
+	// MemoryOvercommit is --memory-overcommit: guests may together have
+	// this many times the host's memory (vmm.Config.MemoryOvercommit, with
+	// its floor on the host's MemAvailable). Default
+	// defaultMemoryOvercommit.
+	MemoryOvercommit float64
 }
 
 // Serve defaults.
@@ -85,6 +93,13 @@ const (
 	defaultCacheDir      = "/var/cache/deskfarm"
 	defaultAccel         = "auto"
 	defaultLibvirtSocket = "/run/libvirt/libvirt-sock"
+	// defaultMemoryOvercommit lets 50 idle 1 GiB desktops onto this
+	// project's 24 GiB host (libvirt reports 21209 MiB: 3 x (21209 - 2048)
+	// MiB is room for 56): with KSM and free page reporting one costs the
+	// host a fraction of its guest RAM (docs/benchmarks.md, "Density"),
+	// and admission's MemAvailable floor stops creates when the host is
+	// actually short.
+	defaultMemoryOvercommit = 3
 
 	// shutdownGrace is how long in-flight requests get to finish after
 	// SIGINT/SIGTERM; then they are canceled (a create removes what it made).
@@ -104,6 +119,8 @@ func (c farmConfig) validate() error {
 		return errors.New("--cache-dir is empty")
 	case c.LibvirtSocket == "":
 		return errors.New("--libvirt-socket is empty")
+	case c.MemoryOvercommit < 1:
+		return fmt.Errorf("--memory-overcommit %g: want 1 (none) or more", c.MemoryOvercommit)
 	case c.Token != "" && c.Token == c.ViewerToken:
 		return errors.New("--viewer-token is the same as --token: a viewer would hold the control token")
 	case c.Cluster != nil && (c.Cluster.Token == c.Token || c.Cluster.Token == c.ViewerToken):
@@ -137,6 +154,7 @@ func serveCommand(stop func()) *cobra.Command {
 	var trustLoopback bool
 	var cf clusterFlags
 	var budget, retention string
+	var ksmOn bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the HTTP API and the live viewers",
@@ -155,6 +173,7 @@ finds them again.`,
 				cfg.ViewerToken = os.Getenv("DESKFARM_VIEWER_TOKEN")
 			}
 			cfg.NoLoopbackTrust = !trustLoopback
+			cfg.NoKSM = !ksmOn
 			var err error
 			if cfg.TrajectoryBudget, err = parseBytes(budget); err != nil {
 				return fmt.Errorf("--trajectory-budget %w", err)
@@ -196,6 +215,8 @@ finds them again.`,
 	fs.StringArrayVar(&cfg.PoolOverrides, "pool", nil, "override a pool setting, POOL.FIELD=VALUE (e.g. desktop.min_warm=2); repeatable")
 	fs.StringVar(&budget, "trajectory-budget", "20GiB", "disk the recorded trajectories (STATE-DIR/trajectories) may take; past it the oldest finished are removed")
 	fs.StringVar(&retention, "trajectory-retention", "7d", "age past which finished trajectories are removed, e.g. 7d or 36h; negative keeps them")
+	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", defaultMemoryOvercommit, "guests may together have this many times the host's memory (less 2 GiB kept for it); above 1, creates also stop while the host's MemAvailable is short")
+	fs.BoolVar(&ksmOn, "ksm", true, "merge the guests' identical pages with the kernel's KSM while serving (as root, where /sys/kernel/mm/ksm is writable); the host's settings are restored on exit")
 	addClusterFlags(cmd, &cf) // cluster.go
 	cmd.MarkFlagFilename("pools", "yaml", "yml")
 	cmd.MarkFlagDirname("novnc-dir")

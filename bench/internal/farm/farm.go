@@ -25,3 +25,23 @@ func Open(ctx context.Context, stateDir string) (*vmm.Manager, *slog.Logger, err
 	}
 	return m, log, nil
 }
+
+// OpenConfig is Open with the caller's Config; StateDir, Images and Log
+// are filled in when empty.
+func OpenConfig(ctx context.Context, cfg vmm.Config) (*vmm.Manager, *slog.Logger, error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.Images == nil {
+		cfg.Images = vmm.StoreImages{Store: &images.Store{}}
+	}
+	if cfg.Log == nil {
+		cfg.Log = log
+	}
+	m, err := vmm.New(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open farm on %s: %w", cfg.StateDir, err)
+	}
+	return m, cfg.Log, nil
+}
