@@ -74,8 +74,11 @@ type creation struct {
 	// the VM starts from it rather than booting.
 	tmpl      string
 	fromSaved bool
-	start     time.Time
-	defined   bool // the domain exists (EventCreated was published)
+	// spare: tmpl is the saved ready state of VMs like this one, whose
+	// spare copy (spare.go) the overlay may take.
+	spare   bool
+	start   time.Time
+	defined bool // the domain exists (EventCreated was published)
 }
 
 // newMachine returns the record of a new VM made with opts (normalised) and
@@ -105,6 +108,7 @@ func (m *Manager) newCreation(mc *machine, img BaseImage, opts CreateOptions, tm
 	id, dir := mc.spec.ID, mc.spec.Dir
 	c := &creation{m: m, mc: mc, img: img, opts: opts, log: m.log.With("vm", id), start: time.Now(),
 		tmpl: tmpl, fromSaved: mc.spec.Start == StartSavedState}
+	c.spare = c.fromSaved && tmpl == m.templatePath(img, opts)
 	c.spec = domainSpec{Name: DomainPrefix + id, Meta: mc.metadata(), Accel: m.accel, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
 		Kernel: img.Kernel, Initrd: img.Initrd,
 		// init_on_free zeroes freed guest pages, which QEMU's savevm stores
@@ -169,7 +173,7 @@ func (c *creation) overlay(context.Context) error {
 	dir := c.mc.spec.Dir
 	var err error
 	if c.fromSaved {
-		err = c.m.copyOverlay(dir, c.tmpl, c.spec.Overlay)
+		err = c.m.overlayFrom(dir, c.tmpl, c.spec.Overlay, c.spare)
 	} else {
 		err = c.m.makeOverlay(dir, c.img.Disk, c.spec.Overlay)
 	}

@@ -124,6 +124,7 @@ type Manager struct {
 	closeOnce  sync.Once
 	lock       *os.File
 	events     Bus
+	spares     spares // copies of saved ready states made ahead (spare.go)
 }
 
 var _ Farm = (*Manager)(nil)
@@ -223,6 +224,7 @@ func (m *Manager) Close() error {
 		}
 		m.vms = map[string]*machine{}
 		m.mu.Unlock()
+		m.spares.close()
 		err = m.hv.close() // ends the event stream, and with it watch
 		<-m.watchDone
 		m.events.Close()

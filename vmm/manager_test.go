@@ -332,53 +332,6 @@ func TestResetAgentCallsWaitForReconnect(t *testing.T) {
 	}
 }
 
-// A VM from saved state is ready once loadvm and the clock are done, before
-// libvirt has opened its connection to the restored guest agent (the old
-// create waited for that, in a wait-agent step); an agent call made
-// meanwhile waits for the connection, then runs.
-func TestCreateFromSavedStateAgentCallsWait(t *testing.T) {
-	hv := newFakeHV()
-	f := newTestFarm(t, hv, func(c *Config) { c.AgentTimeout = 5 * time.Second })
-	first, err := f.m.Create(context.Background(), tinyOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hv.holdAgentEvents = true
-	vm, err := f.m.Create(context.Background(), CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
-	if err != nil {
-		t.Fatalf("create from saved state: %v (it must not wait for the agent)", err)
-	}
-	if vm.Start != StartSavedState || vm.State != StateReady {
-		t.Fatalf("vm = %+v", vm)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.m.Exec(context.Background(), vm.ID, ExecRequest{Argv: []string{"true"}})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("exec returned (%v) before libvirt opened its agent connection", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	hv.agentLifecycle(vm.Domain, agentConnected)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exec once the agent is connected: %v", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("exec did not run after the agent connected")
-	}
-	waitFor(t, func() bool { return hv.agentSubscriptions() == 0 })
-	for _, id := range []string{first.ID, vm.ID} {
-		if err := f.m.Destroy(context.Background(), id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.assertEmpty(t)
-}
-
 // resetHeldAgent creates a VM on a fake whose agent events are played by
 // hand, and resets it: libvirt's reopen of the agent is pending.
 func resetHeldAgent(t *testing.T) (*fakeHV, *testFarm, VM) {

@@ -29,6 +29,7 @@ func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) e
 			m.log.Warn("could not save ready state for later VMs", "vm", mc.spec.ID, "op", "snapshot", "err", terr)
 		} else {
 			m.log.Info("saved ready state for later VMs", "vm", mc.spec.ID, "op", "snapshot", "path", tmpl)
+			m.refillSpare(tmpl)
 		}
 	}
 	if cerr := mon.cont(ctx); err == nil {
@@ -55,13 +56,26 @@ func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	return filepath.Join(m.cfg.StateDir, "saved", name)
 }
 
-// copyOverlay makes a VM's overlay from a saved ready state.
+// copyOverlay makes a VM's overlay from a copy of tmpl, a qcow2 holding
+// the snapshot the VM starts from.
 func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
+	return m.overlayFrom(dir, tmpl, overlay, false)
+}
+
+// overlayFrom makes a VM's overlay from tmpl: with spare set (tmpl is a
+// saved ready state, templatePath), from its spare if there is one
+// (spare.go), the next spare then made in the background; else a copy.
+func (m *Manager) overlayFrom(dir, tmpl, overlay string, spare bool) error {
 	if err := makeVMDir(dir, m.uid, m.gid); err != nil {
 		return err
 	}
-	if err := copyFile(tmpl, overlay); err != nil {
-		return err
+	if !spare || !m.takeSpare(tmpl, overlay) {
+		if err := copyFile(tmpl, overlay); err != nil {
+			return err
+		}
+	}
+	if spare {
+		m.refillSpare(tmpl)
 	}
 	if err := chownPrivate(overlay, m.uid, m.gid); err != nil {
 		return fmt.Errorf("overlay %s: %w", overlay, err)
@@ -70,12 +84,15 @@ func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
 }
 
 // copyFile copies src to dst atomically (a temp file renamed into place).
-func copyFile(src, dst string) error {
+func copyFile(src, dst string) error { return copyFileContext(context.Background(), src, dst) }
+
+// copyFileContext is copyFile, stopped when ctx ends.
+func copyFileContext(ctx context.Context, src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
 	tmp := dst + ".tmp"
-	out, err := exec.Command("cp", "--sparse=always", src, tmp).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "cp", "--sparse=always", src, tmp).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("copy %s to %s: %w: %s", src, tmp, err, strings.TrimSpace(string(out)))

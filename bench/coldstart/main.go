@@ -18,11 +18,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
-	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -32,16 +30,23 @@ func main() {
 	n := flag.Int("n", 20, "VMs to create from saved state")
 	mem := flag.Int("memory", 1024, "guest memory in MiB")
 	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
-	label := flag.String("label", "", "name of this build in the table (compare.sh passes old/new)")
-	header := flag.Bool("header", true, "print the table's header")
+	label := flag.String("label", "this build", "name of this build in the table (compare.sh passes old/new)")
+	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
+	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
 	flag.Parse()
-	if err := run(*image, *n, *mem, *vcpus, *label, *header); err != nil {
+	var err error
+	if *table != "" {
+		err = printTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
+	} else {
+		err = run(*image, *n, *mem, *vcpus, *label, *raw)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/coldstart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(image string, n, mem, vcpus int, label string, header bool) error {
+func run(image string, n, mem, vcpus int, label, raw string) error {
 	ctx := context.Background()
 	steps := newStepLog(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: slog.New(steps)})
@@ -60,31 +65,31 @@ func run(image string, n, mem, vcpus int, label string, header bool) error {
 	if err := m.Destroy(ctx, first.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "first vm %s started by %s; timing %d creates from saved state\n", first.ID, first.Start, n)
+	fmt.Fprintf(os.Stderr, "%s: first vm %s started by %s; timing %d creates from saved state\n", label, first.ID, first.Start, n)
 
-	samples := map[string][]time.Duration{}
-	add := func(k string, d time.Duration) { samples[k] = append(samples[k], d) }
+	var out samples
+	add := func(k string, d time.Duration) { out = append(out, sample{label, k, d}) }
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		vm, err := m.Create(ctx, opts)
 		if err != nil {
 			return err
 		}
-		add("create", time.Since(t0))
+		add(measureCreate, time.Since(t0))
 		if vm.Start != vmm.StartSavedState {
 			m.Destroy(ctx, vm.ID)
 			return fmt.Errorf("vm %s started by %s, not from saved state", vm.ID, vm.Start)
 		}
 		if _, err := m.Screenshot(ctx, vm.ID); err != nil {
 			m.Destroy(ctx, vm.ID)
-			return fmt.Errorf("first screenshot of vm %s: %w", vm.ID, err)
+			return fmt.Errorf("first screendump of vm %s: %w", vm.ID, err)
 		}
-		add("screenshot", time.Since(t0))
+		add(measureScreenshot, time.Since(t0))
 		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"true"}}); err != nil {
 			m.Destroy(ctx, vm.ID)
 			return fmt.Errorf("first exec of vm %s: %w", vm.ID, err)
 		}
-		add("exec", time.Since(t0))
+		add(measureExec, time.Since(t0))
 		if err := m.Destroy(ctx, vm.ID); err != nil {
 			return err
 		}
@@ -92,27 +97,17 @@ func run(image string, n, mem, vcpus int, label string, header bool) error {
 			add("step "+op, d)
 		}
 	}
-
-	if header {
-		fmt.Printf("| build | measure (%s image, %d MiB, %d vCPU, n=%d) | median | p95 |\n|---|---|---|---|\n", image, mem, vcpus, n)
+	if raw != "" {
+		return out.appendTo(raw)
 	}
-	row := func(name, key string) {
-		if d, ok := samples[key]; ok {
-			fmt.Printf("| %s | %s | %s | %s |\n", label, name, stats.MS(stats.Pct(d, 50)), stats.MS(stats.Pct(d, 95)))
-		}
+	f, err := os.CreateTemp("", "coldstart-*.tsv")
+	if err != nil {
+		return err
 	}
-	row("Create returned (ready)", "create")
-	row("first screendump answered, from Create's start", "screenshot")
-	row("first guest exec answered, from Create's start", "exec")
-	var ops []string
-	for k := range samples {
-		if len(k) > 5 && k[:5] == "step " {
-			ops = append(ops, k)
-		}
+	defer os.Remove(f.Name())
+	f.Close()
+	if err := out.appendTo(f.Name()); err != nil {
+		return err
 	}
-	slices.SortFunc(ops, func(a, b string) int { return int(stats.Pct(samples[b], 50) - stats.Pct(samples[a], 50)) })
-	for _, k := range ops {
-		row("step "+k[5:], k)
-	}
-	return nil
+	return printTable(f.Name(), fmt.Sprintf("%s image, %d MiB, %d vCPU", image, mem, vcpus))
 }
