@@ -55,6 +55,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	}
 	c.log.Info("vm ready", "op", "create", "duration", time.Since(c.start).Round(time.Millisecond))
 	m.publish(EventReady, mc, "")
+	if c.spare {
+		m.refillSpare(c.tmpl)
+	}
 	return mc.describe(), nil
 }
 

@@ -64,7 +64,7 @@ func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
 
 // overlayFrom makes a VM's overlay from tmpl: with spare set (tmpl is a
 // saved ready state, templatePath), from its spare if there is one
-// (spare.go), the next spare then made in the background; else a copy.
+// (spare.go; Create makes the next once the VM is ready), else a copy.
 func (m *Manager) overlayFrom(dir, tmpl, overlay string, spare bool) error {
 	if err := makeVMDir(dir, m.uid, m.gid); err != nil {
 		return err
@@ -74,9 +74,6 @@ func (m *Manager) overlayFrom(dir, tmpl, overlay string, spare bool) error {
 			return err
 		}
 	}
-	if spare {
-		m.refillSpare(tmpl)
-	}
 	if err := chownPrivate(overlay, m.uid, m.gid); err != nil {
 		return fmt.Errorf("overlay %s: %w", overlay, err)
 	}
@@ -84,15 +81,20 @@ func (m *Manager) overlayFrom(dir, tmpl, overlay string, spare bool) error {
 }
 
 // copyFile copies src to dst atomically (a temp file renamed into place).
-func copyFile(src, dst string) error { return copyFileContext(context.Background(), src, dst) }
+func copyFile(src, dst string) error { return copyFileContext(context.Background(), src, dst, false) }
 
-// copyFileContext is copyFile, stopped when ctx ends.
-func copyFileContext(ctx context.Context, src, dst string) error {
+// copyFileContext is copyFile, stopped when ctx ends; background copies
+// run at the lowest CPU priority (nice 19), behind the VMs.
+func copyFileContext(ctx context.Context, src, dst string, background bool) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
 	tmp := dst + ".tmp"
-	out, err := exec.CommandContext(ctx, "cp", "--sparse=always", src, tmp).CombinedOutput()
+	argv := []string{"cp", "--sparse=always", src, tmp}
+	if background {
+		argv = append([]string{"nice", "-n", "19"}, argv...)
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("copy %s to %s: %w: %s", src, tmp, err, strings.TrimSpace(string(out)))

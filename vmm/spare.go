@@ -5,8 +5,9 @@ package vmm
 // copying the whole saved state (RAM and disk, 185 MB for the desktop:
 // 0.22-0.27 s with a warm page cache, 0.9 s cold, measured with cp on this
 // host's ext4, which has no reflinks). One spare per saved ready state; the
-// create that takes it starts the next copy in the background, where it
-// costs no create its latency.
+// create that took it starts the next copy once its VM is ready, in the
+// background at nice 19: run during the create, the copy slowed its QEMU
+// start and loadvm by more than it saved (docs/benchmarks.md, cold start).
 
 import (
 	"context"
@@ -84,7 +85,7 @@ func (m *Manager) refillSpare(tmpl string) {
 		for _, o := range old {
 			os.Remove(o)
 		}
-		if err := copyFileContext(s.ctx, tmpl, p); err != nil && s.ctx.Err() == nil {
+		if err := copyFileContext(s.ctx, tmpl, p, true); err != nil && s.ctx.Err() == nil {
 			m.log.Warn("could not make a spare overlay: the next create copies the saved state itself", "op", "spare", "path", tmpl, "err", err)
 		}
 	}()

@@ -6,7 +6,9 @@
 // input and screenshots at once and its agent calls must wait, not fail).
 // It prints a Markdown table.
 //
-//	go run ./bench/coldstart [-image desktop] [-n 20] [-memory 1024] [-label new]
+//	go run ./bench/coldstart [-image desktop] [-n 20] [-memory 1024] [-resets 10]
+//
+// -resets also measures a reset's parts on one VM (revert.go).
 //
 // bench/coldstart/compare.sh runs it at two git revisions, alternating, so
 // old and new code are measured side by side in one run.
@@ -32,13 +34,14 @@ func main() {
 	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
 	label := flag.String("label", "this build", "name of this build in the table (compare.sh passes old/new)")
 	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
+	resets := flag.Int("resets", 0, "also time this many resets and raw loadvms of one VM (revert)")
 	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
 	flag.Parse()
 	var err error
 	if *table != "" {
 		err = printTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
 	} else {
-		err = run(*image, *n, *mem, *vcpus, *label, *raw)
+		err = run(*image, *n, *mem, *vcpus, *resets, *label, *raw)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/coldstart:", err)
@@ -46,7 +49,7 @@ func main() {
 	}
 }
 
-func run(image string, n, mem, vcpus int, label, raw string) error {
+func run(image string, n, mem, vcpus, resets int, label, raw string) error {
 	ctx := context.Background()
 	steps := newStepLog(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: slog.New(steps)})
@@ -95,6 +98,11 @@ func run(image string, n, mem, vcpus int, label, raw string) error {
 		}
 		for op, d := range steps.take(vm.ID) {
 			add("step "+op, d)
+		}
+	}
+	if resets > 0 {
+		if err := revert(ctx, m, steps, opts, resets, label, add); err != nil {
+			return err
 		}
 	}
 	if raw != "" {

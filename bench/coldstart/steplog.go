@@ -28,9 +28,11 @@ func newStepLog(inner slog.Handler) *stepLog {
 func (h *stepLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *stepLog) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "step finished" {
+	// A reset's record ("vm reset", op reset) has its loadvm beside the
+	// duration: kept as op "reset loadvm".
+	if r.Message == "step finished" || r.Message == "vm reset" {
 		var vm, op string
-		var d time.Duration
+		var d, loadvm time.Duration
 		visit := func(a slog.Attr) bool {
 			switch a.Key {
 			case "vm":
@@ -40,6 +42,10 @@ func (h *stepLog) Handle(ctx context.Context, r slog.Record) error {
 			case "duration":
 				if a.Value.Kind() == slog.KindDuration {
 					d = a.Value.Duration()
+				}
+			case "loadvm":
+				if a.Value.Kind() == slog.KindDuration {
+					loadvm = a.Value.Duration()
 				}
 			}
 			return true
@@ -54,6 +60,9 @@ func (h *stepLog) Handle(ctx context.Context, r slog.Record) error {
 				h.by[vm] = map[string]time.Duration{}
 			}
 			h.by[vm][op] = d
+			if loadvm > 0 {
+				h.by[vm][op+" loadvm"] = loadvm
+			}
 			h.mu.Unlock()
 		}
 	}
