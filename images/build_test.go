@@ -1,7 +1,6 @@
 package images
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testbuf"
 )
 
 // fakeOutputs is a build.sh fragment writing the four output files.
@@ -40,31 +41,13 @@ sleep "${FAKE_SLEEP:-0}"
 echo "::step 2/2 write outputs"
 ` + fakeOutputs
 
-// syncBuffer is a bytes.Buffer safe for the builder's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fakeStore returns a Store whose only recipe, "fake", is script. Its
 // preparer puts FAKE_STATE (a directory the script may keep state in) and
 // env into build.sh's environment.
-func fakeStore(t *testing.T, script string, env ...string) (*Store, *syncBuffer, string) {
+func fakeStore(t *testing.T, script string, env ...string) (*Store, *testbuf.Buffer, string) {
 	t.Helper()
 	state := t.TempDir()
-	progress := &syncBuffer{}
+	progress := &testbuf.Buffer{}
 	s := &Store{
 		CacheDir: t.TempDir(),
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/deskfarm/deskfarm/vmm"
 )
 
 // downloadTimeout bounds a whole /setup/download_file in the guest. OSWorld's
@@ -42,6 +44,12 @@ func (h *Handler) downloadFile(w http.ResponseWriter, r *http.Request) {
 	// urllib would also read file: and ftp: URLs.
 	if u, err := url.Parse(req.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		failed(fmt.Sprintf("Invalid URL %q: only http:// and https:// URLs with a host can be downloaded", req.URL))
+		return
+	}
+	if h.opts.Network == vmm.NetworkNone {
+		failed(fmt.Sprintf("the VM has no network route out (it was created with network %q); "+
+			"create it with network %q for the guest to download, or use the download step, which fetches on the host",
+			vmm.NetworkNone, vmm.NetworkUser))
 		return
 	}
 	p := absGuestPath(expandPath(req.Path, DefaultUser, DefaultHome), DefaultHome)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/deskfarm/deskfarm/vmm"
 )
 
 // downloadRig runs /setup/download_file with the guest's python3 played by
@@ -103,6 +105,15 @@ func TestDownloadFileBadRequests(t *testing.T) {
 		if rec.Code != c.code || !strings.HasPrefix(string(got), c.want) {
 			t.Errorf("%s: %d %q, want %d %q", c.body, rec.Code, got, c.code, c.want)
 		}
+	}
+	if len(g.runs) != 0 {
+		t.Errorf("guest ran %q", g.runs)
+	}
+	// A VM without network fails at once, saying why, and runs nothing.
+	h = NewHandler(g, Options{Network: vmm.NetworkNone})
+	rec := postJSON(t, h, "/setup/download_file", `{"url": "http://example.com/a.txt", "path": "a.txt"}`)
+	if got := rec.Body.String(); rec.Code != 500 || !strings.HasPrefix(got, "Failed to download http://example.com/a.txt. No retries left. Error: the VM has no network route out") {
+		t.Errorf("no network: %d %q", rec.Code, got)
 	}
 	if len(g.runs) != 0 {
 		t.Errorf("guest ran %q", g.runs)

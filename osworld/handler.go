@@ -41,6 +41,11 @@ const (
 type Options struct {
 	// VM names the VM in logs.
 	VM string
+	// Network is the VM's network mode (vmm.NetworkNone, vmm.NetworkUser);
+	// "" means not known. A VM of NetworkNone has no route out (its NIC,
+	// if it has forwards, drops everything else), so /setup/download_file
+	// fails at once instead of waiting out three 300 s socket timeouts.
+	Network string
 	// OpenTimeout bounds /setup/open_file; default DefaultOpenTimeout.
 	OpenTimeout time.Duration
 	// Recorder encodes /start_recording's video; default an FFmpeg with

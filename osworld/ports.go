@@ -188,7 +188,7 @@ func (p *Ports) open(vm vmm.VM) {
 		return
 	}
 	opts := p.Handler
-	opts.VM = vm.ID
+	opts.VM, opts.Network = vm.ID, vm.Network
 	if opts.Log == nil {
 		opts.Log = p.log()
 	}

@@ -16,11 +16,12 @@ import (
 // Defaults of FFmpeg.
 const (
 	// DefaultRecordFPS caps the recording's frame rate while the screen
-	// changes; a still screen adds no frames (package video). OSWorld's
-	// x11grab records at 30; 10 keeps one 1080p encoder per VM affordable
-	// on a small host, and a recording is for a person reviewing a run,
-	// not for a model.
-	DefaultRecordFPS = video.DefaultMaxFPS
+	// changes; a still screen adds no frames (package video), so a
+	// recording follows the screen's pace up to it. OSWorld's x11grab
+	// records at 30 whatever the screen does. 25 is full-motion video; what
+	// it costs over trajectories' 10 is in docs/benchmarks.md
+	// (BenchmarkVideoCPU).
+	DefaultRecordFPS = 25
 	// stopTimeout bounds ffmpeg's finishing the file once its input ends.
 	stopTimeout = 2 * time.Minute
 )
@@ -65,7 +66,11 @@ func (r *recording) start(ctx context.Context, f Frames, vm string, log *slog.Lo
 		return fmt.Errorf("recording dir: %w", err)
 	}
 	s := &recSession{dir: dir, out: filepath.Join(dir, "recording.mp4")}
-	s.rec, err = video.Start(ctx, f, s.out, video.Options{FFmpeg: r.enc.Path, MaxFPS: r.enc.FPS, Log: log, VM: vm})
+	fps := r.enc.FPS
+	if fps <= 0 {
+		fps = DefaultRecordFPS
+	}
+	s.rec, err = video.Start(ctx, f, s.out, video.Options{FFmpeg: r.enc.Path, MaxFPS: fps, Log: log, VM: vm})
 	if err != nil {
 		os.RemoveAll(dir)
 		return err

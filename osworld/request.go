@@ -221,6 +221,22 @@ type window struct {
 	Title string
 }
 
+// windowListing is windowsScript's output as OSWorld's server reads it for
+// window_exists: `wmctrl -l`'s stdout exactly; without wmctrl, xdotool's
+// titles one a line (the image then has no ids or host column to match).
+func windowListing(out string) string {
+	tool, rest, _ := strings.Cut(out, "\n")
+	if tool != "xdotool" {
+		return rest
+	}
+	var b strings.Builder
+	for _, w := range parseWindows(out) {
+		b.WriteString(w.Title)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 // parseWindows reads windowsScript's output: "wmctrl" then `wmctrl -l`
 // lines (id, desktop, host, title), or "xdotool" then "id<TAB>title" lines.
 func parseWindows(out string) []window {

@@ -60,4 +60,11 @@ func TestParseWindows(t *testing.T) {
 	if len(ws) != 1 || ws[0].ID != "4194310" || ws[0].Title != "Terminal - user@deskfarm: ~" {
 		t.Errorf("xdotool: %q", ws)
 	}
+	// window_exists reads wmctrl -l's stdout as printed, xdotool's titles.
+	if got := windowListing("wmctrl\n0x01a00003 -1 deskfarm pcmanfm\n"); got != "0x01a00003 -1 deskfarm pcmanfm\n" {
+		t.Errorf("wmctrl listing %q", got)
+	}
+	if got := windowListing("xdotool\n4194310\tTerminal\n4194311\tmousepad\n"); got != "Terminal\nmousepad\n" {
+		t.Errorf("xdotool listing %q", got)
+	}
 }

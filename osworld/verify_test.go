@@ -148,6 +148,15 @@ func TestExecuteWithVerification(t *testing.T) {
 	if len(verifyCmds) != 3 {
 		t.Errorf("command_success ran %d times, want once per round (3)", len(verifyCmds))
 	}
+	// As OSWorld's server, the name is looked for in all of wmctrl -l's
+	// output: the host column and a window id match too, and no title
+	// contains either.
+	for _, name := range []string{"DESKFARM desk", "0x02400006"} {
+		rec = postJSON(t, h, "/execute_with_verification", `{"command": ["launch-app"], "verification": {"window_exists": "`+name+`"}}`)
+		if v := decode[map[string]any](t, rec); rec.Code != 200 || v["verification"] != "passed" {
+			t.Errorf("window_exists %q: %d %v", name, rec.Code, v)
+		}
+	}
 	// A check that never passes: 500, verification_failed, wait_time as
 	// sent.
 	rec = postJSON(t, h, "/execute_with_verification", `{"command": ["launch-app"], "verification": {"command_success": "test -e /nope"}, "max_wait_time": 2.5}`)

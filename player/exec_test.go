@@ -180,8 +180,8 @@ func TestChord(t *testing.T) {
 	e := newTestExecutor(t, f, ScreenshotSize{})
 	run(t, e, noShot, actions.KeyPress{Keys: actions.MustKeys("ctrl+shift+t")})
 	checkEvents(t, f.Events,
-		"key Control_L down", "key Shift_L down", "key t down",
-		"key t up", "key Shift_L up", "key Control_L up")
+		"key Control_L down", "key Shift_L down", "key T down",
+		"key T up", "key Shift_L up", "key Control_L up")
 	// A key that needs Shift gets it; one already held is not pressed twice.
 	f2 := newFake(100, 80)
 	e2 := newTestExecutor(t, f2, ScreenshotSize{})
@@ -220,6 +220,61 @@ func TestTypeExact(t *testing.T) {
 			t.Errorf("typing %q left pressed %v", c.text, s)
 		}
 	}
+}
+
+// TestNoCapsLockToggle: QEMU's VNC server (ui/vnc.c do_key_event,
+// lock_key_sync, on by default) presses Caps Lock itself when a letter's
+// keysym disagrees in case with the Shift it has seen down. Replaying what
+// the player sends through that rule, Caps Lock must never change.
+func TestNoCapsLockToggle(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		acts []actions.Action
+	}{
+		{"ctrl+shift+t", []actions.Action{actions.KeyPress{Keys: actions.MustKeys("ctrl+shift+t")}}},
+		{"shift+a", []actions.Action{actions.KeyPress{Keys: actions.MustKeys("shift+a")}}},
+		{"ctrl+A", []actions.Action{actions.KeyPress{Keys: actions.MustKeys("ctrl", "A")}}},
+		{"typing", []actions.Action{actions.TypeText{Text: "Hello World aBc"}}},
+		{"typing with shift held", []actions.Action{
+			actions.KeyDown{Keys: actions.MustKeys("shift")}, actions.TypeText{Text: "abc"},
+			actions.KeyUp{Keys: actions.MustKeys("shift")}, actions.TypeText{Text: "abc"}}},
+		{"key_down t with shift held", []actions.Action{
+			actions.KeyDown{Keys: actions.MustKeys("shift")}, actions.KeyDown{Keys: actions.MustKeys("t")},
+			actions.KeyUp{Keys: actions.MustKeys("t")}, actions.KeyUp{Keys: actions.MustKeys("shift")}}},
+	} {
+		f := newFake(100, 80)
+		e := newTestExecutor(t, f, ScreenshotSize{})
+		run(t, e, noShot, c.acts...)
+		if n := qemuCapsToggles(f.Keys); n != 0 {
+			t.Errorf("%s: QEMU would press Caps Lock %d times; keys sent: %v", c.name, n, f.Keys)
+		}
+		if s := f.Stuck(); len(s) != 0 {
+			t.Errorf("%s: left pressed %v", c.name, s)
+		}
+	}
+}
+
+// qemuCapsToggles counts the Caps Lock presses QEMU 7.2's lock_key_sync
+// would make for these key events (Caps Lock off at the start).
+func qemuCapsToggles(keys []playertest.KeyEvent) int {
+	shift, caps, n := 0, false, 0
+	for _, k := range keys {
+		switch {
+		case k.Keysym == 0xffe1 || k.Keysym == 0xffe2: // Shift_L, Shift_R
+			if k.Down {
+				shift++
+			} else if shift > 0 {
+				shift--
+			}
+		case k.Down && ((k.Keysym >= 'a' && k.Keysym <= 'z') || (k.Keysym >= 'A' && k.Keysym <= 'Z')):
+			upper := k.Keysym <= 'Z'
+			if (caps && upper == (shift > 0)) || (!caps && upper != (shift > 0)) {
+				caps = !caps
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func TestKeyDownUpAcrossRuns(t *testing.T) {

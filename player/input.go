@@ -142,6 +142,7 @@ func (in *input) press(ctx context.Context, own *pressed, k actions.Key) error {
 	if indexKey(in.keys, k) >= 0 || indexKey(own.keys, k) >= 0 {
 		return nil
 	}
+	k = shiftCase(k, in.shiftHeld(own))
 	own.keys = append(own.keys, k)
 	return in.key(ctx, k, true)
 }
@@ -162,6 +163,7 @@ func (in *input) releaseOwn(ctx context.Context, own *pressed, k actions.Key) er
 
 // tap presses and releases k (typing), recorded for release in between.
 func (in *input) tap(ctx context.Context, own *pressed, k actions.Key) error {
+	k = shiftCase(k, in.shiftHeld(own))
 	own.keys = append(own.keys, k)
 	if err := in.key(ctx, k, true); err != nil {
 		return err
@@ -241,6 +243,7 @@ func (in *input) holdKey(ctx context.Context, k actions.Key) error {
 	if indexKey(in.keys, k) >= 0 {
 		return nil
 	}
+	k = shiftCase(k, in.shiftHeld(nil))
 	in.keys = append(in.keys, k)
 	return in.key(ctx, k, true)
 }
@@ -302,6 +305,23 @@ func (in *input) shiftHeld(own *pressed) bool {
 		}
 	}
 	return false
+}
+
+// shiftCase returns k with the keysym an X server reports for a letter key
+// with Shift down (the capital) or up (the small letter); other keys are
+// unchanged. QEMU's VNC server (ui/vnc.c, lock_key_sync, on by default)
+// takes a letter whose case disagrees with Shift for Caps Lock being on and
+// presses Caps Lock to match it: ctrl+shift+t sent as Shift and "t" left
+// the guest's Caps Lock on, and the agent's next typing came out in
+// capitals. The scancode, which the guest reads, is the same either way.
+func shiftCase(k actions.Key, shift bool) actions.Key {
+	switch {
+	case shift && k.Keysym >= 'a' && k.Keysym <= 'z':
+		k.Keysym -= 'a' - 'A'
+	case !shift && k.Keysym >= 'A' && k.Keysym <= 'Z':
+		k.Keysym += 'a' - 'A'
+	}
+	return k
 }
 
 // indexKey finds the physical key k (by scancode, or keysym when there is no

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/internal/testbuf"
+
 	"github.com/deskfarm/deskfarm/actions"
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/desk"
@@ -241,7 +243,7 @@ func TestDroppedSteps(t *testing.T) {
 // readable and exportable, and the caller's Begin/End go on harmlessly.
 func TestDiskFull(t *testing.T) {
 	dir := mountTmpfs(t, "1m")
-	var logs syncBuffer
+	var logs testbuf.Buffer
 	m, _ := newTestManager(t, Config{Dir: dir, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if _, err := m.Start(context.Background(), Meta{ID: "ep-d", Episode: "ep-d", VM: "vm-d", Options: api.RecordOptions{NoVideo: true}}); err != nil {
 		t.Fatal(err)
@@ -298,23 +300,6 @@ func mountTmpfs(t *testing.T, size string) string {
 	}
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	return dir
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fakeEpisodes is the pools' episodes as Run sees them.

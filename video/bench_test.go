@@ -2,6 +2,7 @@ package video
 
 import (
 	"context"
+	"fmt"
 	"image"
 	"math/rand/v2"
 	"path/filepath"
@@ -106,51 +107,57 @@ func BenchmarkVideoCPU(b *testing.B) {
 		{"still", 0, nil},
 		{"typing", time.Second / 8, func(p *page, rnd *rand.Rand) { p.typeGlyph(rnd) }},
 		{"scrolling", time.Second / 20, func(p *page, rnd *rand.Rand) { p.scroll() }},
+		// A screen that changes faster than any cap: what each cap costs.
+		{"scrolling-30hz", time.Second / 30, func(p *page, rnd *rand.Rand) { p.scroll() }},
 	}
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			var cpu, self, dur time.Duration
-			var bytes int64
-			var frames int
-			for range b.N {
-				p := newPage(1280, 800)
-				before := selfCPU()
-				r, err := Start(context.Background(), p, filepath.Join(b.TempDir(), "rec.mp4"), Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				rnd := rand.New(rand.NewPCG(3, 4))
-				end := time.After(span)
-				var tick <-chan time.Time
-				if c.every > 0 {
-					t := time.NewTicker(c.every)
-					tick = t.C
-					defer t.Stop()
-				}
-			run:
-				for {
-					select {
-					case <-tick:
-						c.act(p, rnd)
-					case <-end:
-						break run
+		// 10: trajectories' default; 25: OSWorld's recordings
+		// (osworld.DefaultRecordFPS).
+		for _, fps := range []int{DefaultMaxFPS, 25} {
+			b.Run(fmt.Sprintf("%s/fps=%d", c.name, fps), func(b *testing.B) {
+				var cpu, self, dur time.Duration
+				var bytes int64
+				var frames int
+				for range b.N {
+					p := newPage(1280, 800)
+					before := selfCPU()
+					r, err := Start(context.Background(), p, filepath.Join(b.TempDir(), "rec.mp4"), Options{MaxFPS: fps})
+					if err != nil {
+						b.Fatal(err)
 					}
+					rnd := rand.New(rand.NewPCG(3, 4))
+					end := time.After(span)
+					var tick <-chan time.Time
+					if c.every > 0 {
+						t := time.NewTicker(c.every)
+						tick = t.C
+						defer t.Stop()
+					}
+				run:
+					for {
+						select {
+						case <-tick:
+							c.act(p, rnd)
+						case <-end:
+							break run
+						}
+					}
+					info, err := r.Stop(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					self += selfCPU() - before
+					cpu += info.CPU
+					dur += info.Duration
+					bytes += info.Bytes
+					frames += info.Frames
 				}
-				info, err := r.Stop(context.Background())
-				if err != nil {
-					b.Fatal(err)
-				}
-				self += selfCPU() - before
-				cpu += info.CPU
-				dur += info.Duration
-				bytes += info.Bytes
-				frames += info.Frames
-			}
-			b.ReportMetric(100*cpu.Seconds()/dur.Seconds(), "cpu-%core")
-			b.ReportMetric(100*self.Seconds()/dur.Seconds(), "go-%core")
-			b.ReportMetric(float64(bytes)/1e6/dur.Minutes(), "MB/min")
-			b.ReportMetric(float64(frames)/dur.Seconds(), "frames/s")
-		})
+				b.ReportMetric(100*cpu.Seconds()/dur.Seconds(), "cpu-%core")
+				b.ReportMetric(100*self.Seconds()/dur.Seconds(), "go-%core")
+				b.ReportMetric(float64(bytes)/1e6/dur.Minutes(), "MB/min")
+				b.ReportMetric(float64(frames)/dur.Seconds(), "frames/s")
+			})
+		}
 	}
 }
 

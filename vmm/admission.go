@@ -6,6 +6,12 @@ package vmm
 // host ports other VMs forward.
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+
 	"github.com/deskfarm/deskfarm/internal/fielderr"
 )
 
@@ -40,8 +46,62 @@ func (m *Manager) admit(mc *machine) error {
 		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB requested but %d of the %d MiB for guests are taken by other VMs",
 			mc.spec.MemoryMiB, used, m.memLimit)
 	}
+	if err := m.checkAvailableLocked(mc.spec.MemoryMiB); err != nil {
+		return err
+	}
 	m.vms[mc.spec.ID] = mc
 	return nil
+}
+
+// checkAvailableLocked is admission's floor when guest memory is
+// overcommitted (Config.MemoryOvercommit): the host's MemAvailable must
+// hold the reserve plus the share of the new VM and of the VMs still being
+// made (whose QEMUs have not taken their memory yet).
+func (m *Manager) checkAvailableLocked(newMiB int) error {
+	ratio := m.cfg.MemoryOvercommit
+	if ratio <= 1 {
+		return nil
+	}
+	avail, err := m.memAvailable()
+	if err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	pending := newMiB
+	for _, o := range m.vms {
+		if o.state() == StateCreating {
+			pending += o.spec.MemoryMiB
+		}
+	}
+	if need := m.cfg.MemoryReserveMiB + int(float64(pending)/ratio); avail < need {
+		return fielderr.Newf("memory_mib", ErrInsufficientResources, "the host has %d MiB available, short of the %d MiB kept for it plus %d MiB for new VMs (guest memory over %g overcommitted)",
+			avail, m.cfg.MemoryReserveMiB, need-m.cfg.MemoryReserveMiB, ratio)
+	}
+	return nil
+}
+
+// hostMemAvailable reads MemAvailable from /proc/meminfo, in MiB.
+func hostMemAvailable() (int, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	return parseMemAvailable(b)
+}
+
+// parseMemAvailable finds "MemAvailable:   23539000 kB" in meminfo.
+func parseMemAvailable(meminfo []byte) (int, error) {
+	sc := bufio.NewScanner(bytes.NewReader(meminfo))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) == 3 && string(f[0]) == "MemAvailable:" && string(f[2]) == "kB" {
+			kib, err := strconv.Atoi(string(f[1]))
+			if err != nil {
+				return 0, fmt.Errorf("meminfo MemAvailable %q: %w", f[1], err)
+			}
+			return kib / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
 }
 
 func (m *Manager) usedLocked() int {

@@ -22,6 +22,8 @@ const (
 	// StartSavedState: restored from the saved ready state of an earlier VM
 	// of the same image and size, on a copy of its overlay; no boot.
 	StartSavedState = "saved-state"
+	// StartFork: restored from another VM's state at a Fork.
+	StartFork = "fork"
 )
 
 // VM describes one deskfarm VM.
@@ -39,7 +41,7 @@ type VM struct {
 	CreatedAt time.Time
 	// BootSeconds is how long create took from define to the ready snapshot.
 	BootSeconds float64
-	// Start says how the VM came up: StartBoot or StartSavedState.
+	// Start says how the VM came up: StartBoot, StartSavedState or StartFork.
 	Start string
 	// VNCSocket is the unix socket of the VM's VNC server.
 	VNCSocket string

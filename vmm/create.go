@@ -127,6 +127,7 @@ func (m *Manager) newCreation(mc *machine, img BaseImage, opts CreateOptions, tm
 		Security:    m.security,
 		Network:     mc.spec.Network,
 		Forwards:    mc.spec.Forwards, // with the host ports admit picked
+		Balloon:     !m.cfg.NoBalloon,
 	}
 	return c
 }

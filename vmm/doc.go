@@ -18,11 +18,12 @@
 //     caller, web included; network.go: network modes, forwards and the
 //     host ports they take; admission.go: the host's limits (CPUs,
 //     Config.MemoryLimitMiB, Capacity) and registering a new VM.
-//   - create.go: Create as named steps (overlay, define, start, restore |
-//     wait-display + snapshot, wait-agent, mark-ready) run by steps.go's
-//     runSteps with reverse undo; qemuimg.go: the overlay on the base;
-//     savedstate.go: saved ready states later VMs start from, and their
-//     names; files.go: the state dir's layout and file modes.
+//   - create.go: Create as named steps (overlay, define, start, restore +
+//     clock | wait-display + wait-agent + snapshot, mark-ready) run by
+//     steps.go's runSteps with reverse undo; qemuimg.go: the overlay on the
+//     base; savedstate.go: saved ready states later VMs start from, and
+//     their names; spare.go: a copy of each made ahead, which a create
+//     renames into place; files.go: the state dir's layout and file modes.
 //   - guestcalls.go: Reset and the calls into the guest; alive.go: naming a
 //     dead QEMU when a call fails; teardown.go: Destroy and removing what
 //     is left of a VM.

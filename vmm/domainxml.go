@@ -108,6 +108,9 @@ type domainSpec struct {
 	// Network is NetworkNone or NetworkUser; Forwards go with the latter.
 	Network  string
 	Forwards []Forward
+	// Balloon gives the guest a virtio-balloon device with free page
+	// reporting (Config.NoBalloon turns it off).
+	Balloon bool
 }
 
 // netdevArg is the -netdev argument of a user-mode network: slirp, with each
@@ -169,7 +172,11 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
       <source path='{{x .ConsoleLog}}'/>
       <target port='0'/>
     </serial>
+    {{- if .Balloon}}
+    <memballoon model='virtio' freePageReporting='on'/>
+    {{- else}}
     <memballoon model='none'/>
+    {{- end}}
   </devices>
   {{- if .Security}}
   <seclabel type='dynamic' model='{{x .Security}}' relabel='yes'/>
@@ -210,6 +217,14 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
 // the NIC on the first free slot before libvirt's VGA claims slot 2 (seen
 // with QEMU 7.2: "PCI: slot 2 function 0 not available for VGA"). libvirt
 // marks the domain "tainted: custom-argv" in its log.
+//
+// Memory: the balloon is never inflated; it is there for free page
+// reporting (QEMU's free-page-reporting=on, libvirt >= 6.9, QEMU >= 5.1,
+// the guest's virtio_balloon with CONFIG_PAGE_REPORTING, which Debian's
+// kernel has): the guest tells QEMU which free blocks of 2 MiB and up it
+// has, and QEMU drops them from its RSS (MADV_DONTNEED), so memory a guest
+// used and freed goes back to the host. Guest RAM stays mergeable by KSM
+// (QEMU's mem-merge, on by default; package ksm turns ksmd on).
 func domainXML(s domainSpec) (string, error) {
 	meta, err := s.Meta.marshal()
 	if err != nil {

@@ -163,3 +163,54 @@ func TestMACModel(t *testing.T) {
 		}
 	}
 }
+
+// A guest gets a virtio balloon with free page reporting unless the farm
+// turns it off; a saved ready state made with one device set is never
+// loaded by a VM of the other.
+func TestDomainXMLBalloon(t *testing.T) {
+	var v struct {
+		Balloons []struct {
+			Model     string `xml:"model,attr"`
+			Reporting string `xml:"freePageReporting,attr"`
+		} `xml:"devices>memballoon"`
+	}
+	render := func(balloon bool) {
+		t.Helper()
+		spec := domainSpec{Name: "deskfarm-x", Meta: metadata{machineSpec: machineSpec{ID: "x"}}, Accel: "tcg", Balloon: balloon}
+		s, err := domainXML(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Balloons = nil
+		if err := xml.Unmarshal([]byte(s), &v); err != nil {
+			t.Fatalf("domain xml does not parse: %v\n%s", err, s)
+		}
+		if len(v.Balloons) != 1 {
+			t.Fatalf("%d memballoon elements:\n%s", len(v.Balloons), s)
+		}
+	}
+	render(true)
+	if b := v.Balloons[0]; b.Model != "virtio" || b.Reporting != "on" {
+		t.Fatalf("balloon on: got %+v, want virtio with freePageReporting on", b)
+	}
+	render(false)
+	if b := v.Balloons[0]; b.Model != "none" {
+		t.Fatalf("balloon off: got %+v, want model none", b)
+	}
+
+	img := BaseImage{Name: "desktop", Hash: "0123456789abcdef0123"}
+	opts := CreateOptions{MemoryMiB: 1024, VCPUs: 2, Width: 1280, Height: 800}
+	with := (&Manager{cfg: Config{StateDir: "/s"}, accel: "tcg"}).templatePath(img, opts)
+	without := (&Manager{cfg: Config{StateDir: "/s", NoBalloon: true}, accel: "tcg"}).templatePath(img, opts)
+	if with == without {
+		t.Fatalf("the same saved state %s with and without the balloon", with)
+	}
+	// Names before the balloon carried no version: none may match now.
+	old := "/s/saved/desktop-0123456789abcdef-1024m-2c-1280x800-tcg.qcow2"
+	if with == old || without == old {
+		t.Fatalf("a saved state from before the balloon (%s) would be loaded", old)
+	}
+	if !strings.Contains(with, "-hw2-") {
+		t.Fatalf("saved state %s does not name hardware version 2", with)
+	}
+}

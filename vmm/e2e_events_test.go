@@ -150,7 +150,22 @@ func TestE2ECaptureReplies(t *testing.T) {
 			t.Errorf("hmp %q printed %q: parsed as error=%v, want %v", cmd, s, got, wantErr)
 		}
 	}
+	// info prints a table, not an error: captured raw, parsed by the
+	// snapshot list's unit test.
+	info := func(name, cmd string) {
+		s, err := vmm.MonitorForTest(ctx, m, vm.ID, cmd)
+		if err != nil {
+			t.Fatalf("hmp %q: %v", cmd, err)
+		}
+		out.HMP[name] = capture{Command: cmd, Output: s}
+	}
+	info("info-snapshots-ready", "info snapshots")
 	hmp("savevm-ok", "savevm capture-test", false)
+	hmp("savevm-second-ok", "savevm capture-test-with-a-name-longer-than-sixteen", false)
+	info("info-snapshots-three", "info snapshots")
+	// savevm of a name taken replaces that snapshot without a word.
+	hmp("savevm-existing-ok", "savevm capture-test-with-a-name-longer-than-sixteen", false)
+	hmp("delvm-second-ok", "delvm capture-test-with-a-name-longer-than-sixteen", false)
 	hmp("loadvm-ok", "loadvm capture-test", false)
 	hmp("delvm-ok", "delvm capture-test", false)
 	hmp("loadvm-missing", "loadvm no-such-snapshot", true)

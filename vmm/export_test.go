@@ -31,3 +31,19 @@ var TestdataDir = filepath.Join("testdata")
 
 // ParseHMPResultForTest is parseHMPResult.
 var ParseHMPResultForTest = parseHMPResult
+
+// SetSnapshotLimitsForTest sets Config.MaxSnapshots and MaxSnapshotBytes of
+// a running Manager.
+func SetSnapshotLimitsForTest(m *Manager, count int, bytes int64) {
+	m.cfg.MaxSnapshots, m.cfg.MaxSnapshotBytes = count, bytes
+}
+
+// SetMemoryLimitForTest sets the admission limit of a running Manager.
+func SetMemoryLimitForTest(m *Manager, mib int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.memLimit = mib
+}
+
+// ForksDir is where a Manager keeps fork templates while a fork runs.
+func ForksDir(m *Manager) string { return m.forksDir() }

@@ -29,21 +29,31 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 		return ResetResult{}, err
 	}
 	defer mc.op.Unlock()
+	return m.loadInPlace(ctx, mc, st, readySnapshot, "reset", "")
+}
+
+// loadInPlace returns mc in place to snapshot (loadvm), as a reset does:
+// agent calls held until libvirt reopens the agent, the clock set,
+// EventReset published with reason. Reset and RevertSnapshot both come
+// here; op names the call in errors and logs. The caller holds mc.op
+// exclusively and st is mc's state as of taking it.
+func (m *Manager) loadInPlace(ctx context.Context, mc *machine, st machineState, snapshot, op, reason string) (ResetResult, error) {
+	id := mc.spec.ID
 	h := st.handles
 	if st.state != StateReady {
-		return ResetResult{}, m.notReadyErr(mc, "reset")
+		return ResetResult{}, m.notReadyErr(mc, op)
 	}
 	if err := m.checkAlive(ctx, mc); err != nil {
 		if ctx.Err() == nil {
-			m.markBroken(mc, "dead at reset")
-			return ResetResult{}, fmt.Errorf("reset vm %s: %w: %w", id, ErrNotRunning, err)
+			m.markBroken(mc, "dead at "+op)
+			return ResetResult{}, fmt.Errorf("%s vm %s: %w: %w", op, id, ErrNotRunning, err)
 		}
-		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
+		return ResetResult{}, fmt.Errorf("%s vm %s: %w", op, id, err)
 	}
 	// The previous reset's reopen, if it is still going, ends first: one
 	// reopen at a time per VM.
 	if err := h.agent.awaitOpen(ctx); err != nil {
-		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, err)
+		return ResetResult{}, fmt.Errorf("%s vm %s: %w", op, id, err)
 	}
 	start := time.Now()
 	// Subscribed before loadvm, so the events loadvm causes cannot be
@@ -52,25 +62,25 @@ func (m *Manager) Reset(ctx context.Context, id string) (ResetResult, error) {
 	rctx, rcancel := context.WithTimeout(context.Background(), m.cfg.AgentTimeout)
 	agentEvs, err := m.hv.agentEvents(rctx, h.dom)
 	if err != nil {
-		m.log.Warn("no guest agent events; waiting on pings alone", "vm", id, "op", "reset", "err", err)
+		m.log.Warn("no guest agent events; waiting on pings alone", "vm", id, "op", op, "err", err)
 	}
 	h.agent.hold()
-	if err := h.mon.loadVM(ctx, readySnapshot); err != nil {
+	if err := h.mon.loadVM(ctx, snapshot); err != nil {
 		rcancel()
 		h.agent.release()
 		m.markBroken(mc, "loadvm failed: "+err.Error())
-		return ResetResult{}, fmt.Errorf("reset vm %s: %w", id, m.guestErr(ctx, mc, err))
+		return ResetResult{}, fmt.Errorf("%s vm %s: %w", op, id, m.guestErr(ctx, mc, err))
 	}
 	loaded := time.Since(start)
 	go m.reopenAgent(rctx, rcancel, mc, h.agent, agentEvs, start)
 	if err := m.setClock(ctx, mc, h); err != nil {
-		m.markBroken(mc, "clock after reset failed")
-		return ResetResult{}, fmt.Errorf("reset vm %s: set guest clock: %w", id, m.guestErr(ctx, mc, err))
+		m.markBroken(mc, "clock after "+op+" failed")
+		return ResetResult{}, fmt.Errorf("%s vm %s: set guest clock: %w", op, id, m.guestErr(ctx, mc, err))
 	}
 	mc.with(func(st *machineState) { st.resets++ })
-	m.publish(EventReset, mc, "")
+	m.publish(EventReset, mc, reason)
 	d := time.Since(start)
-	m.log.Info("vm reset", "vm", id, "op", "reset", "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
+	m.log.Info("vm reset", "vm", id, "op", op, "snapshot", snapshot, "duration", d.Round(time.Millisecond), "loadvm", loaded.Round(time.Millisecond))
 	return ResetResult{Duration: d}, nil
 }
 

@@ -61,6 +61,9 @@ type machineState struct {
 	bootSeconds float64
 	labels      []label
 	resets      int
+	// took is how long each named snapshot's save took, for those this
+	// process saved (SaveSnapshot).
+	took map[string]time.Duration
 	// gone is set once Destroy or a failed create removed the VM.
 	gone bool
 	// dead is set when libvirt (or the process watch) reported QEMU gone:

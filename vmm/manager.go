@@ -68,6 +68,27 @@ type Config struct {
 	// overhead, page cache) when MemoryLimitMiB is 0. Default
 	// DefaultMemoryReserveMiB.
 	MemoryReserveMiB int
+	// MaxSnapshots and MaxSnapshotBytes bound each VM's named snapshots
+	// (SaveSnapshot): how many and how many bytes of saved RAM. Default
+	// DefaultMaxSnapshots, DefaultMaxSnapshotBytes.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
+	// MemoryOvercommit lets the guest memory of all VMs together be this
+	// many times the host's (less MemoryReserveMiB) when MemoryLimitMiB is
+	// 0: idle guests from one image share most pages (KSM, package ksm)
+	// and give back what they free (the balloon's free page reporting), so
+	// a VM costs the host much less than its guest RAM (docs/benchmarks.md,
+	// "Density"). Above 1, a create is also refused while the host's
+	// MemAvailable is short of MemoryReserveMiB plus the new VM's and the
+	// VMs still being made's share (their memory / MemoryOvercommit): the
+	// memory actually there decides, not only the promise. Default 1: no
+	// overcommit.
+	MemoryOvercommit float64
+	// NoBalloon leaves guests without the virtio-balloon device and its
+	// free page reporting (domainXML), as before issue 17: memory a guest
+	// frees stays resident on the host. For benchmarks comparing the two;
+	// the saved ready states of one are not loaded by the other.
+	NoBalloon bool
 }
 
 // DefaultMemoryReserveMiB is the host memory not given to guests by default.
@@ -105,6 +126,15 @@ func (c *Config) setDefaults() {
 	if c.MemoryReserveMiB == 0 {
 		c.MemoryReserveMiB = DefaultMemoryReserveMiB
 	}
+	if c.MaxSnapshots == 0 {
+		c.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if c.MemoryOvercommit < 1 {
+		c.MemoryOvercommit = 1
+	}
 }
 
 // Manager runs deskfarm's VMs on one host. It implements Farm.
@@ -124,7 +154,10 @@ type Manager struct {
 	closeOnce  sync.Once
 	lock       *os.File
 	events     Bus
-	spares     spares // copies of saved ready states made ahead (spare.go)
+	// memAvailable reads the host's MemAvailable in MiB, for admission's
+	// floor when overcommitting (hostMemAvailable; a test's fake).
+	memAvailable func() (int, error)
+	spares       spares // copies of saved ready states made ahead (spare.go)
 }
 
 var _ Farm = (*Manager)(nil)
@@ -181,12 +214,13 @@ func newManager(ctx context.Context, cfg Config, hv hypervisor, accel string, ui
 	}
 	m := &Manager{cfg: cfg, hv: hv, accel: accel, uid: uid, gid: gid,
 		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{},
-		watchDone: make(chan struct{})}
+		watchDone: make(chan struct{}), memAvailable: hostMemAvailable}
 	m.memLimit = cfg.MemoryLimitMiB
 	if m.memLimit == 0 {
-		m.memLimit = max(0, m.hostMemMiB-cfg.MemoryReserveMiB)
+		m.memLimit = int(float64(max(0, m.hostMemMiB-cfg.MemoryReserveMiB)) * cfg.MemoryOvercommit)
 	}
-	m.log.Info("guest memory limit", "op", "admission", "limit_mib", m.memLimit, "host_mib", m.hostMemMiB)
+	m.log.Info("guest memory limit", "op", "admission", "limit_mib", m.memLimit, "host_mib", m.hostMemMiB,
+		"overcommit", cfg.MemoryOvercommit)
 	caps, err := hv.capabilities(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read libvirt capabilities: %w", err)

@@ -43,6 +43,9 @@ func (m *Manager) recover(ctx context.Context) error {
 		adopted[id] = true
 		m.log.Info("adopted vm", "vm", id, "op", "recover", "image", mc.spec.Image)
 	}
+	if err := m.removeForkTemplates(); err != nil {
+		return err
+	}
 	entries, err := os.ReadDir(filepath.Join(m.cfg.StateDir, "vms"))
 	if err != nil {
 		return fmt.Errorf("recover: read vm dirs: %w", err)

@@ -40,7 +40,8 @@ func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) e
 
 // templatePath is where the saved ready state of VMs like opts lives. Its
 // name holds everything the saved state depends on: the base image's hash
-// and the virtual hardware (RAM size, vCPUs, screen, accelerator).
+// and the virtual hardware (its version, RAM size, vCPUs, screen,
+// accelerator).
 func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	hash := img.Hash
 	if len(hash) > 16 {
@@ -52,8 +53,24 @@ func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	if hasNIC(opts.Network, opts.Forwards) {
 		net = "-net"
 	}
-	name := fmt.Sprintf("%s-%s-%dm-%dc-%dx%d-%s%s.qcow2", img.Name, hash, opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel, net)
+	name := fmt.Sprintf("%s-%s-%s-%dm-%dc-%dx%d-%s%s.qcow2", img.Name, hash, m.hardware(), opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel, net)
 	return filepath.Join(m.cfg.StateDir, "saved", name)
+}
+
+// hardwareVersion is the version of the device set domainXML gives a VM;
+// saved ready states carry it in their name (templatePath), since QEMU
+// cannot load a state saved with other devices. Raise it with every device
+// change in domainTmpl. Versions: 1, the devices before issue 17 (names
+// without a version were 1); 2, virtio-balloon with free page reporting.
+const hardwareVersion = 2
+
+// hardware is the hardware version of the VMs m makes: 1 without the
+// balloon (Config.NoBalloon), which is version 1's device set.
+func (m *Manager) hardware() string {
+	if m.cfg.NoBalloon {
+		return "hw1"
+	}
+	return fmt.Sprintf("hw%d", hardwareVersion)
 }
 
 // copyOverlay makes a VM's overlay from a copy of tmpl, a qcow2 holding

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/internal/testbuf"
+
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/client"
 	"github.com/deskfarm/deskfarm/internal/farmproc"
@@ -40,7 +42,7 @@ type clusterAgent struct {
 	farm    *farmproc.Farm
 	c       *client.Client // control token
 	viewer  *client.Client // viewer token
-	log     *syncBuffer
+	log     *testbuf.Buffer
 	state   string
 	baseURL string
 }
@@ -74,7 +76,7 @@ func startCluster(t *testing.T) *clusterFarm {
 	cf := &clusterFarm{cp: cp, ns: ns}
 	for i, n := range nets {
 		node := string(rune('a' + i))
-		a := &clusterAgent{node: node, ns: n, log: &syncBuffer{}, state: "/var/lib/deskfarm-test-cluster-" + node}
+		a := &clusterAgent{node: node, ns: n, log: &testbuf.Buffer{}, state: "/var/lib/deskfarm-test-cluster-" + node}
 		farmproc.Purge(ctx, a.state)
 		listen := n.IP + ":8080"
 		a.baseURL = "http://" + listen

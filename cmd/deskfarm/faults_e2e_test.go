@@ -7,7 +7,6 @@ package main_test
 // each leaves it serving (the serve restart comes last).
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -15,10 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testbuf"
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/client"
@@ -48,25 +48,7 @@ const refillWithin = 2 * time.Minute
 type faultFarm struct {
 	*farmproc.Farm
 	c   *client.Client
-	log *syncBuffer
-}
-
-// syncBuffer is the server's log, kept to print when a test fails.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log *testbuf.Buffer
 }
 
 func startFaultFarm(t *testing.T) *faultFarm {
@@ -81,7 +63,7 @@ func startFaultFarm(t *testing.T) *faultFarm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &testbuf.Buffer{}
 	f, err := farmproc.Start(ctx, farmproc.Config{Bin: bin, StateDir: faultsStateDir, Pools: faultsPools, Log: log})
 	if err != nil {
 		t.Fatalf("%v\nserver log:\n%s", err, log)

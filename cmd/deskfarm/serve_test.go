@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -10,31 +9,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testbuf"
 
 	"github.com/deskfarm/deskfarm/internal/farmtest"
 	"github.com/deskfarm/deskfarm/vmm"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // withFarm points newFarm at farm for one test and records its config.
 func withFarm(t *testing.T, farm vmm.Farm, closed *int) *farmConfig {
@@ -49,7 +31,7 @@ func withFarm(t *testing.T, farm vmm.Farm, closed *int) *farmConfig {
 	return &got
 }
 
-func waitFor(t *testing.T, out *syncBuffer, want string) {
+func waitFor(t *testing.T, out *testbuf.Buffer, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if strings.Contains(out.String(), want) {
@@ -72,7 +54,7 @@ func TestServeShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out testbuf.Buffer
 	done := make(chan error, 1)
 	stopped := false
 	go func() {
@@ -112,7 +94,7 @@ func TestServeShutdown(t *testing.T) {
 
 // serveFor runs runServe on a loopback port until the test ends and
 // returns its URL.
-func serveFor(t *testing.T, cfg farmConfig) (string, *syncBuffer) {
+func serveFor(t *testing.T, cfg farmConfig) (string, *testbuf.Buffer) {
 	t.Helper()
 	closed := 0
 	withFarm(t, farmtest.NewFarm(), &closed)
@@ -121,7 +103,7 @@ func serveFor(t *testing.T, cfg farmConfig) (string, *syncBuffer) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- runServe(ctx, func() {}, cfg, ln, out) }()
 	t.Cleanup(func() {

@@ -1,7 +1,6 @@
 package replay_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -9,9 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testbuf"
 
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/client"
@@ -32,23 +32,6 @@ const replayPools = `pools:
     min_warm: 0
     max: 1
 `
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestE2EReplayTerminalEpisode records a terminal episode on the desktop
 // image through the real `deskfarm serve` (record: true; a terminal opened
@@ -73,7 +56,7 @@ func TestE2EReplayTerminalEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &testbuf.Buffer{}
 	f, err := farmproc.Start(ctx, farmproc.Config{Bin: bin, StateDir: replayStateDir, Pools: replayPools, Log: log})
 	if err != nil {
 		t.Fatalf("%v\nserver log:\n%s", err, log)

@@ -31,9 +31,10 @@ type Display struct {
 	Down      map[string]bool // keys the guest may have down
 	Img       *image.RGBA
 	Events    []string
-	N         int   // events sent so far
-	FailAt    int   // fail the FailAt'th event (1-based); 0: never
-	FailErr   error // what it fails with; nil means ErrWire
+	Keys      []KeyEvent // every key event sent, in order
+	N         int        // events sent so far
+	FailAt    int        // fail the FailAt'th event (1-based); 0: never
+	FailErr   error      // what it fails with; nil means ErrWire
 	Settles   []string
 	Settled   time.Duration // what Settle reports
 	SettleErr error         // what Settle fails with
@@ -97,13 +98,21 @@ func (f *Display) Pointer(x, y int, buttons uint8) error {
 	return nil
 }
 
-// Key records "key NAME down|up".
+// KeyEvent is one key event as sent, keysym and all.
+type KeyEvent struct {
+	Keysym   uint32
+	Scancode uint16
+	Down     bool
+}
+
+// Key records "key NAME down|up", and the event in Keys.
 func (f *Display) Key(keysym uint32, scancode uint16, down bool) error {
 	dir := "up"
 	if down {
 		dir = "down"
 	}
 	name := KeyName(keysym, scancode)
+	f.Keys = append(f.Keys, KeyEvent{Keysym: keysym, Scancode: scancode, Down: down})
 	if err := f.Event("key " + name + " " + dir); err != nil {
 		if down {
 			f.Down[name] = true // may have arrived

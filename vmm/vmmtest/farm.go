@@ -52,6 +52,13 @@ type Farm struct {
 	// as vmm.Manager refuses it. 0 means no limit.
 	MemoryLimitMiB int
 
+	// MaxSnapshots and MaxSnapshotBytes bound each VM's snapshots as
+	// vmm.Config's do; 0 means vmm's defaults. SnapshotBytes is the size
+	// every snapshot reports; 0 means DefaultSnapshotBytes.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
+	SnapshotBytes    int64
+
 	// CPUTimeFn answers CPUTime; nil reports zero (an idle guest).
 	CPUTimeFn func(id string) time.Duration
 
@@ -61,6 +68,10 @@ type Farm struct {
 	Resets int
 	// Destroyed counts destroyed VMs.
 	Destroyed int
+	// Reverts counts successful snapshot reverts, Forks successful forks.
+	Reverts, Forks int
+
+	snaps map[string][]snapshot // by VM id, oldest first
 }
 
 var _ vmm.Farm = (*Farm)(nil)
@@ -68,7 +79,7 @@ var _ vmm.Farm = (*Farm)(nil)
 // New returns an empty farm.
 func New() *Farm {
 	return &Farm{vms: map[string]*vmm.VM{}, files: map[string][]byte{}, modes: map[string]uint32{},
-		FailReset: map[string]error{}, ResetTime: time.Millisecond}
+		FailReset: map[string]error{}, ResetTime: time.Millisecond, snaps: map[string][]snapshot{}}
 }
 
 // Lock and Unlock guard the exported fields while the farm is in use.
@@ -205,6 +216,7 @@ func (f *Farm) Destroy(_ context.Context, id string) error {
 		return err
 	}
 	delete(f.vms, id)
+	delete(f.snaps, id)
 	f.Destroyed++
 	f.publish(vmm.EventDestroyed, v, "destroyed")
 	return nil

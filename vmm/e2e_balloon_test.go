@@ -1,0 +1,87 @@
+package vmm_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deskfarm/deskfarm/internal/testenv"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// qemuRSSMiB is the resident set of VM vm's QEMU process, from
+// /proc/PID/status (libvirt writes the pid to /run/libvirt/qemu).
+func qemuRSSMiB(t *testing.T, vm string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(vmm.DefaultQEMUPidDir, vmm.DomainPrefix+vm+".pid"))
+	if err != nil {
+		t.Fatalf("qemu pid of vm %s: %v", vm, err)
+	}
+	f, err := os.Open(filepath.Join("/proc", strings.TrimSpace(string(b)), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kib / 1024
+		}
+	}
+	t.Fatalf("no VmRSS in %s", f.Name())
+	return 0
+}
+
+// The desktop guest has a virtio balloon whose driver negotiated free page
+// reporting, with the image as built (udev loads virtio_balloon), and memory
+// the guest frees leaves its QEMU's resident set on the host.
+func TestE2EBalloonFreePageReporting(t *testing.T) {
+	m := testenv.Manager(t, "desktop")
+	ctx := context.Background()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("desktop ready (started by %s)", vm.Start)
+
+	// The balloon is virtio device 5; VIRTIO_BALLOON_F_REPORTING is feature
+	// bit 5, the sixth character of the negotiated features.
+	res := mustExec(t, m, vm.ID, "sh", "-c", `for d in /sys/bus/virtio/devices/*; do
+		[ "$(cat $d/device)" = 0x0005 ] || continue
+		echo "$(basename "$(readlink $d/driver)") $(cut -c6 $d/features)"
+	done`)
+	if got := strings.TrimSpace(string(res.Stdout)); got != "virtio_balloon 1" {
+		t.Fatalf("guest balloon (driver, reporting bit): got %q, want \"virtio_balloon 1\"", got)
+	}
+
+	// 384 MiB in the guest's RAM-only /dev/shm, then freed.
+	const fillMiB = 384
+	before := qemuRSSMiB(t, vm.ID)
+	mustExec(t, m, vm.ID, "dd", "if=/dev/zero", "of=/dev/shm/fill", "bs=1M", fmt.Sprint("count=", fillMiB))
+	filled := qemuRSSMiB(t, vm.ID)
+	mustExec(t, m, vm.ID, "rm", "/dev/shm/fill")
+	t.Logf("qemu rss: %d MiB before, %d MiB with %d MiB in the guest's /dev/shm", before, filled, fillMiB)
+	freed := time.Now()
+	deadline := freed.Add(90 * time.Second)
+	for {
+		now := qemuRSSMiB(t, vm.ID)
+		if filled-now >= fillMiB*2/3 {
+			t.Logf("qemu rss %d MiB %s after the guest freed the file", now, time.Since(freed).Round(100*time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("qemu rss still %d MiB (%d MiB with the file) %s after the guest freed %d MiB", now, filled, time.Since(freed).Round(time.Second), fillMiB)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -1,0 +1,283 @@
+package vmm
+
+// Forks: new VMs that start from another VM's current RAM, devices and
+// disk. The source is paused for a savevm of a transfer snapshot and a
+// copy of its overlay (the fork template); then each new VM is made as a
+// VM from saved state is (create.go's steps), loading the transfer
+// snapshot instead of the ready one.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deskfarm/deskfarm/internal/fielderr"
+)
+
+// forkSnapshotPrefix names a fork's transfer snapshot (reserved: no
+// SaveSnapshot can take it).
+const forkSnapshotPrefix = ReservedSnapshotPrefix + "fork-"
+
+// forksDir holds fork templates while their fork runs; a starting Manager
+// empties it (no fork outlives its process).
+func (m *Manager) forksDir() string { return filepath.Join(m.cfg.StateDir, "forks") }
+
+// Fork starts opts.Count new VMs from the VM's current RAM, devices and
+// disk; the source keeps running (it pauses for the save and the copy).
+// Each new VM has the source's image and size, resets to the ready
+// snapshot like any VM, and holds none of the source's named snapshots.
+// All are admitted before any is made: a fork that does not fit is refused
+// with a *LimitError (Limit "memory", Fits). On error none is left.
+func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, error) {
+	if opts.Count < 1 || opts.Count > MaxFork {
+		return nil, fielderr.Newf("count", ErrInvalid, "%d is outside 1..%d", opts.Count, MaxFork)
+	}
+	if err := ValidateLabels(opts.Labels); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	src, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	img, err := m.cfg.Images.Resolve(src.spec.Image)
+	if err != nil {
+		return nil, fmt.Errorf("fork vm %s: %w", id, err)
+	}
+	if img.Hash != src.spec.ImageHash {
+		// The copy's overlay backs onto the source's base image; the one
+		// built since is another disk.
+		return nil, fmt.Errorf("fork vm %s: image %s was rebuilt since the vm was made (%s, now %s): %w",
+			id, img.Name, src.spec.ImageHash, img.Hash, ErrBrokenImage)
+	}
+	copts := CreateOptions{Image: src.spec.Image, MemoryMiB: src.spec.MemoryMiB, VCPUs: src.spec.VCPUs,
+		Width: src.spec.Width, Height: src.spec.Height, Labels: opts.Labels, Network: src.spec.Network}
+	mcs := make([]*machine, opts.Count)
+	for i := range mcs {
+		mcs[i] = m.forkMachine(src, opts.Labels)
+		// Locked before they are visible, as Create does.
+		mcs[i].op.Lock()
+		defer mcs[i].op.Unlock()
+	}
+	if err := m.admitAll(mcs); err != nil {
+		return nil, fmt.Errorf("fork vm %s: %w", id, err)
+	}
+	tmpl, snap, err := m.forkTemplate(ctx, src)
+	if err != nil {
+		m.unadmit(mcs)
+		return nil, fmt.Errorf("fork vm %s: %w", id, err)
+	}
+	defer os.Remove(tmpl)
+	copied := time.Since(start)
+
+	errs := make([]error, len(mcs))
+	var wg sync.WaitGroup
+	for i, mc := range mcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := m.newCreation(mc, img, copts, tmpl)
+			// From a copy of the template, QEMU started paused: as from
+			// saved state.
+			c.fromSaved = true
+			c.log.Info("creating vm", "op", "fork", "source", id, "image", img.Name)
+			errs[i] = runSteps(ctx, c.log, c.forkSteps(snap))
+			if errs[i] != nil {
+				m.unmake(mc, c)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		// Nothing is left: the forks made are removed too.
+		for i, mc := range mcs {
+			if errs[i] == nil {
+				m.removeFork(mc)
+			}
+		}
+		return nil, fmt.Errorf("fork vm %s: %w", id, err)
+	}
+	vms := make([]VM, len(mcs))
+	for i, mc := range mcs {
+		m.publish(EventReady, mc, "")
+		vms[i] = mc.describe()
+	}
+	m.log.Info("vm forked", "vm", id, "op", "fork", "count", len(mcs), "duration", time.Since(start).Round(time.Millisecond),
+		"source_paused_and_copied", copied.Round(time.Millisecond))
+	return vms, nil
+}
+
+// removeForkTemplates removes what forks of an earlier process left.
+func (m *Manager) removeForkTemplates() error {
+	if err := os.RemoveAll(m.forksDir()); err != nil {
+		return fmt.Errorf("remove fork templates: %w", err)
+	}
+	return nil
+}
+
+// forkMachine is the record of a new VM like src.
+func (m *Manager) forkMachine(src *machine, labels map[string]string) *machine {
+	id := newID()
+	spec := src.spec
+	spec.ID, spec.Dir, spec.Created, spec.Start = id, m.vmDir(id), time.Now().UTC().Truncate(time.Second), StartFork
+	spec.Forwards = ForkForwards(src.spec.Forwards)
+	var ls []label
+	for k, v := range labels {
+		ls = setLabel(ls, k, v)
+	}
+	return &machine{spec: spec, stopWatch: make(chan struct{}), st: machineState{state: StateCreating, labels: ls}}
+}
+
+// admitAll admits every one of mcs or none: their memory together must fit
+// (CheckFork says how many would), and each gets its host ports.
+func (m *Manager) admitAll(mcs []*machine) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := CheckFork(len(mcs), mcs[0].spec.MemoryMiB, m.usedLocked(), m.memLimit); err != nil {
+		return err
+	}
+	for i, mc := range mcs {
+		if err := m.pickPortsLocked(mc.spec.Forwards); err != nil {
+			for _, o := range mcs[:i] {
+				delete(m.vms, o.spec.ID)
+			}
+			return err
+		}
+		m.vms[mc.spec.ID] = mc
+	}
+	return nil
+}
+
+// unadmit forgets mcs, none of which was made.
+func (m *Manager) unadmit(mcs []*machine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, mc := range mcs {
+		delete(m.vms, mc.spec.ID)
+		mc.with(func(st *machineState) { st.gone = true })
+	}
+}
+
+// forkTemplate copies src's current state into a fork template, under
+// src's op lock: the guest stops, a transfer snapshot is saved, the
+// overlay is copied while nothing writes it (stop flushes QEMU's block
+// layer), the transfer snapshot is deleted from src, and src runs on. The
+// copy then loses src's named snapshots, which no fork holds.
+func (m *Manager) forkTemplate(ctx context.Context, src *machine) (tmpl, snap string, err error) {
+	mc, st, err := m.change(src.spec.ID)
+	if err != nil {
+		return "", "", err
+	}
+	defer mc.op.Unlock()
+	if st.state != StateReady {
+		return "", "", m.notReadyErr(mc, "fork")
+	}
+	all, err := m.listSnapshots(ctx, mc, st.handles)
+	if err != nil {
+		return "", "", err
+	}
+	snap = forkSnapshotPrefix + newID()
+	tmpl = filepath.Join(m.forksDir(), snap+".qcow2")
+	mon := st.mon
+	if err := mon.stop(ctx); err != nil {
+		return "", "", m.guestErr(ctx, mc, err)
+	}
+	err = mon.saveVM(ctx, snap)
+	if err == nil {
+		err = copyFile(filepath.Join(mc.spec.Dir, "disk.qcow2"), tmpl)
+	}
+	// Whatever happened, src loses the transfer snapshot and runs again.
+	if derr := mon.delVM(context.WithoutCancel(ctx), snap); derr != nil {
+		m.log.Warn("transfer snapshot left on the source", "vm", mc.spec.ID, "op", "fork", "snapshot", snap, "err", derr)
+	}
+	if cerr := mon.cont(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if cerr := m.setClock(ctx, mc, st.handles); cerr != nil {
+			m.log.Warn("guest clock not set after fork", "vm", mc.spec.ID, "op", "fork", "err", cerr)
+		}
+	}
+	if err == nil {
+		var drop []string
+		for _, s := range named(all) {
+			drop = append(drop, s.Name)
+		}
+		err = dropOffline(tmpl, drop)
+	}
+	if err != nil {
+		os.Remove(tmpl)
+		return "", "", m.guestErr(ctx, mc, err)
+	}
+	return tmpl, snap, nil
+}
+
+// dropOffline deletes snapshots from a qcow2 file no QEMU has open.
+func dropOffline(path string, names []string) error {
+	for _, n := range names {
+		if out, err := exec.Command("qemu-img", "snapshot", "-d", n, path).CombinedOutput(); err != nil {
+			return fmt.Errorf("qemu-img snapshot -d %s %s: %w: %s", n, path, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// forkSteps are a fork's lifecycle steps: a VM from saved state's, the
+// transfer snapshot loaded and then dropped.
+func (c *creation) forkSteps(snap string) []step {
+	return []step{
+		{name: "overlay", do: c.overlay, undo: c.undoOverlay},
+		{name: "define", do: c.define, undo: c.undoDefine},
+		{name: "start", do: c.startDomain, undo: c.undoStart},
+		{name: "restore", do: func(ctx context.Context) error {
+			if err := c.h.mon.loadVM(ctx, snap); err != nil {
+				return err
+			}
+			return c.h.mon.cont(ctx)
+		}},
+		// The new VM needs the transfer snapshot no more; its RAM would
+		// count in its disk. Its ready snapshot stays: it resets there.
+		{name: "drop-transfer", do: func(ctx context.Context) error { return c.h.mon.delVM(ctx, snap) }},
+		{name: "wait-agent", do: c.waitAgent},
+		{name: "clock", do: c.clock},
+		{name: "mark-ready", do: c.markReady},
+	}
+}
+
+// unmake forgets a fork whose steps failed (they undid themselves).
+func (m *Manager) unmake(mc *machine, c *creation) {
+	m.mu.Lock()
+	delete(m.vms, mc.spec.ID)
+	m.mu.Unlock()
+	mc.with(func(st *machineState) { st.gone = true })
+	mc.stop()
+	if c.defined {
+		m.publish(EventDestroyed, mc, "fork failed")
+	}
+}
+
+// removeFork removes a fork that was made while another of its fork failed.
+func (m *Manager) removeFork(mc *machine) {
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	if sess := mc.handles().session; sess != nil {
+		sess.close()
+	}
+	if err := m.teardown(ctx, mc.spec.ID, mc.spec.Dir); err != nil {
+		m.log.Error("remove fork after a failed fork", "vm", mc.spec.ID, "op", "fork", "err", err)
+		m.markBroken(mc, "fork failed; removal failed")
+		return
+	}
+	mc.with(func(st *machineState) { st.gone = true })
+	mc.stop()
+	m.mu.Lock()
+	delete(m.vms, mc.spec.ID)
+	m.mu.Unlock()
+	m.publish(EventDestroyed, mc, "fork failed")
+}
