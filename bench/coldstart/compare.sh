@@ -26,10 +26,12 @@ git worktree add -q --detach "$tmp/old" "$old"
 rm -rf "$tmp/old/bench/coldstart" && cp -r bench/coldstart "$tmp/old/bench/coldstart"
 (cd "$tmp/old" && go build -o "$tmp/bench-old" ./bench/coldstart)
 go build -o "$tmp/bench-new" ./bench/coldstart
+oldlabel="old ($(git rev-parse --short "$old"))"
+newlabel="new ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- vmm || echo +))"
 i=0
 while [ $i -lt "$rounds" ]; do
-	"$tmp/bench-old" -label "old ($(git rev-parse --short "$old"))" -n "$n" -raw "$tmp/samples.tsv" "$@"
-	"$tmp/bench-new" -label "new ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- vmm || echo +))" -n "$n" -raw "$tmp/samples.tsv" "$@"
+	"$tmp/bench-old" -label "$oldlabel" -n "$n" -raw "$tmp/samples.tsv" "$@"
+	"$tmp/bench-new" -label "$newlabel" -n "$n" -raw "$tmp/samples.tsv" "$@"
 	i=$((i + 1))
 done
 "$tmp/bench-new" -table "$tmp/samples.tsv" "$@"
