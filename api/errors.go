@@ -170,6 +170,11 @@ var statuses = map[string]int{
 	CodeNotRecording:   http.StatusConflict,
 	CodeNoTrajectories: http.StatusNotImplemented,
 
+	CodeSnapshotNotFound: http.StatusNotFound,
+	CodeSnapshotExists:   http.StatusConflict,
+	CodeSnapshotLimit:    http.StatusConflict,
+	CodeNoSnapshots:      http.StatusNotImplemented,
+
 	CodeMisdirectedRequest:   http.StatusMisdirectedRequest,
 	CodeCrossSite:            http.StatusForbidden,
 	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,

@@ -66,4 +66,5 @@ const (
 	CodeSnapshotNotFound = "snapshot_not_found" // 404: no snapshot of that name
 	CodeSnapshotExists   = "snapshot_exists"    // 409: a snapshot of that name exists
 	CodeSnapshotLimit    = "snapshot_limit"     // 409: the VM holds its most snapshots or bytes; the message and Field name the limit
+	CodeNoSnapshots      = "no_snapshots"       // 501: the server's farm keeps no named snapshots
 )

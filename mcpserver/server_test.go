@@ -115,7 +115,7 @@ func TestToolList(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"computer", "end_episode", "exec", "read_file", "screenshot", "start_episode", "write_file"}
+	want := []string{"computer", "end_episode", "exec", "fork_episode", "read_file", "revert_snapshot", "screenshot", "snapshot", "start_episode", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}

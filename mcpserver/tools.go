@@ -114,6 +114,7 @@ func (s *Server) addTools() {
 		s.exec)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "read_file", Description: "Read a file of the VM."}, s.readFile)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "write_file", Description: "Write a file in the VM, replacing it if it exists."}, s.writeFile)
+	s.addSnapshotTools() // snapshots.go
 }
 
 // computerSchema is ComputerArgs' inferred schema with the actions and

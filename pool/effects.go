@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/deskfarm/deskfarm/vmm"
@@ -278,10 +279,15 @@ func (f managerFx) unlabel(t target) {
 }
 
 // reset runs on its own context, not a caller's: a client hanging up must
-// not leave the VM half reset.
+// not leave the VM half reset. It drops the VM's named snapshots first, so
+// that no episode finds (or reverts to) another's: a VM that may still
+// hold one fails its reset and is destroyed.
 func (f managerFx) reset(t target) (vmm.ResetResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.m.opts.ResetTimeout)
 	defer cancel()
+	if err := f.m.vms.DropSnapshots(ctx, t.vm); err != nil {
+		return vmm.ResetResult{}, fmt.Errorf("drop the named snapshots of vm %s: %w", t.vm, err)
+	}
 	return f.m.vms.Reset(ctx, t.vm)
 }
 

@@ -25,6 +25,11 @@ type VMs interface {
 	Reset(ctx context.Context, id string) (vmm.ResetResult, error)
 	Subscribe(ctx context.Context, name string) <-chan vmm.Event
 	SetLabel(ctx context.Context, id, key, value string) error
+	// DropSnapshots removes a VM's named snapshots (issue 17): a VM goes
+	// back to its pool holding none.
+	DropSnapshots(ctx context.Context, id string) error
+	// Fork starts new VMs from a VM's current state (Manager.Fork).
+	Fork(ctx context.Context, id string, opts vmm.ForkOptions) ([]vmm.VM, error)
 }
 
 // Labels the pool keeps on its VMs (vmm.VM.Labels). They are the record of

@@ -203,3 +203,9 @@ func convertJSON(from, to any) error {
 	}
 	return json.Unmarshal(b, to)
 }
+
+// apiSnapshot is a named snapshot on the wire.
+func apiSnapshot(s vmm.Snapshot) api.Snapshot {
+	return api.Snapshot{Name: s.Name, CreatedAt: s.Created.UTC().Format(time.RFC3339), Bytes: s.Bytes,
+		SaveMS: s.Took.Milliseconds()}
+}

@@ -186,3 +186,19 @@ func TestCoreTypesHaveNoWireTags(t *testing.T) {
 		}
 	}
 }
+
+func TestWireSnapshot(t *testing.T) {
+	var s vmm.Snapshot
+	fill.All(&s)
+	s.Took = 1500 * time.Millisecond // fill's few nanoseconds are 0 ms
+	out := apiSnapshot(s)
+	for _, p := range fill.Converted(s, out, fill.Skip{Renamed: []string{"Created", "Took"}}) {
+		t.Error(p)
+	}
+	if want := s.Created.UTC().Format(time.RFC3339); out.CreatedAt != want {
+		t.Errorf("created_at %q, want %q", out.CreatedAt, want)
+	}
+	if out.SaveMS != s.Took.Milliseconds() || out.SaveMS == 0 {
+		t.Errorf("save_ms %d from took %v", out.SaveMS, s.Took)
+	}
+}

@@ -75,6 +75,12 @@ var sentinels = []sentinel{
 	{trajectory.ErrNotRecording, api.CodeNotRecording},
 	{trajectory.ErrInvalid, api.CodeInvalidRequest},
 
+	// Named snapshots (issue 17); a fork that does not fit is vmm's
+	// ErrInsufficientResources (a *vmm.LimitError saying how many fit).
+	{vmm.ErrSnapshotNotFound, api.CodeSnapshotNotFound},
+	{vmm.ErrSnapshotExists, api.CodeSnapshotExists},
+	{vmm.ErrSnapshotLimit, api.CodeSnapshotLimit},
+
 	{desk.ErrHumanControl, api.CodeHumanControl},
 	{desk.ErrNotInControl, api.CodeForbidden},
 	{desk.ErrClosed, api.CodeDisplayClosed},
@@ -117,6 +123,13 @@ func classify(err error) (int, api.ErrorBody) {
 	body := api.ErrorBody{Message: err.Error()}
 	if f, ok := errors.AsType[fielder](err); ok {
 		body.Field = f.InvalidField()
+	}
+	if le, ok := errors.AsType[*vmm.LimitError](err); ok && body.Field == "" {
+		// A snapshot limit names itself; a fork that does not fit, its count.
+		body.Field = le.Limit
+		if errors.Is(err, vmm.ErrInsufficientResources) {
+			body.Field = "count"
+		}
 	}
 	if he, ok := errors.AsType[*httpError](err); ok {
 		body.Code = he.code

@@ -165,11 +165,20 @@ func (s *server) routes() []route {
 		// POST /cmd. Its websocket is a GET, and it drives the VM.
 		{method: "GET", path: "/cua/{path...}", op: "cua", policy: acts(control), vm: s.cua, scope: vmAndEpisode},
 		{method: "POST", path: "/cua/{path...}", op: "cua", policy: acts(controlJSON), vm: s.cua, scope: vmAndEpisode},
+		// Named snapshots (snapshots.go): a save, a revert and a delete
+		// change what the VM holds or runs; a list reads what is inside.
+		{method: "POST", path: "/snapshots", op: "snapshot_save", policy: acts(controlJSON), vm: s.saveSnapshot, scope: vmAndEpisode},
+		{method: "GET", path: "/snapshots", op: "snapshot_list", policy: control, vm: s.listSnapshots, scope: vmAndEpisode},
+		{method: "POST", path: "/snapshots/{name}/revert", op: "snapshot_revert", policy: acts(control), vm: s.revertSnapshot,
+			scope: vmAndEpisode},
+		{method: "DELETE", path: "/snapshots/{name}", op: "snapshot_delete", policy: acts(control), vm: s.deleteSnapshot,
+			scope: vmAndEpisode},
 		// Episodes lease pool VMs (episodes.go).
 		{method: "POST", path: "/v1/episodes", op: "episode_start", policy: controlJSON, h: s.startEpisode},
 		{method: "GET", path: "/v1/episodes", op: "episode_list", policy: watch, h: s.listEpisodes},
 		{method: "GET", path: "/v1/episodes/{id}", op: "episode_get", policy: watch, h: s.getEpisode, owned: true},
 		{method: "DELETE", path: "/v1/episodes/{id}", op: "episode_end", policy: control, h: s.endEpisode, owned: true},
+		{method: "POST", path: "/v1/episodes/{id}/fork", op: "episode_fork", policy: controlJSON, h: s.forkEpisode, owned: true},
 		{method: "GET", path: "/v1/pools", op: "pools", policy: watch, h: s.listPools},
 		// Recording and trajectories (trajectories.go). Recording reads
 		// the screen and keeps it on the farm's disk: control. A

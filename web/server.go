@@ -241,22 +241,27 @@ func (s *server) reset(w http.ResponseWriter, r *http.Request, t target) error {
 	if err != nil {
 		return err
 	}
-	if s.desks != nil {
-		// Answer once the desk has applied the reset, so that the client's
-		// next call (taking control, holding a key) never races it.
-		wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
-		err := s.desks.WaitReset(wctx, id, start)
-		cancel()
-		if err != nil {
-			s.log.Warn("reset answered before its desk applied it", "vm", id, "op", "reset", "err", err)
-		}
-	}
+	s.waitReset(r, id, start, "reset")
 	writeJSON(w, http.StatusOK, api.ResetResponse{
 		ID:           id,
 		ResetSeconds: res.Duration.Seconds(),
 		ResetMS:      res.Duration.Milliseconds(),
 	})
 	return nil
+}
+
+// waitReset returns once vm's desk has applied a reset (or a revert) begun
+// at start, so that the client's next call (taking control, holding a key)
+// never races it.
+func (s *server) waitReset(r *http.Request, vm string, start time.Time, op string) {
+	if s.desks == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), resetApplyWait)
+	defer cancel()
+	if err := s.desks.WaitReset(wctx, vm, start); err != nil {
+		s.log.Warn("answered before the desk applied the reset", "vm", vm, "op", op, "err", err)
+	}
 }
 
 func (s *server) exec(w http.ResponseWriter, r *http.Request, t target) error {

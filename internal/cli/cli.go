@@ -55,7 +55,7 @@ func AddCommands(root *cobra.Command, env *Env) {
 	const group = "client"
 	root.AddGroup(&cobra.Group{ID: group, Title: "Client commands (talk to a running server):"})
 	for _, c := range []*cobra.Command{vmCommand(env), episodeCommand(env), actCommand(env), screenshotCommand(env), mcpCommand(env), agentCommand(env),
-		trajectoriesCommand(env), replayCommand(env)} {
+		trajectoriesCommand(env), replayCommand(env), snapshotCommand(env)} {
 		c.GroupID = group
 		root.AddCommand(c)
 	}

@@ -67,7 +67,7 @@ func (c *cli) run(stdin []byte, args ...string) result {
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	switch args[0] {
-	case "vm", "episode", "act", "screenshot", "mcp", "agent", "trajectories", "replay", "completion", "help", "--help":
+	case "vm", "episode", "act", "screenshot", "mcp", "agent", "trajectories", "replay", "snapshot", "completion", "help", "--help":
 	default:
 		args = append([]string{"vm"}, args...)
 	}

@@ -22,7 +22,8 @@ The server is --server, else $DESKFARM_SERVER, else ` + client.DefaultServer + `
 the API token, when the server needs one, is $DESKFARM_TOKEN.`,
 	}
 	conn := addServerFlag(env, cmd.PersistentFlags())
-	cmd.AddCommand(episodeStart(env, conn), episodeEnd(env, conn), episodeList(env, conn), episodePools(env, conn), episodeExport(env, conn))
+	cmd.AddCommand(episodeStart(env, conn), episodeEnd(env, conn), episodeList(env, conn), episodePools(env, conn), episodeExport(env, conn),
+		episodeFork(env, conn))
 	return cmd
 }
 

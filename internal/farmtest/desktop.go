@@ -14,6 +14,7 @@ import (
 	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/pool"
 	"github.com/deskfarm/deskfarm/vmm"
+	"github.com/deskfarm/deskfarm/vmm/vmmtest"
 	"github.com/deskfarm/deskfarm/vnc/vnctest"
 	"github.com/deskfarm/deskfarm/web"
 )
@@ -22,7 +23,9 @@ import (
 // start, and actions play on Screens that record what they got.
 type Desktop struct {
 	Server *httptest.Server
-	mu     sync.Mutex
+	// Farm is the in-memory farm under it, for faults and limits.
+	Farm *vmmtest.Farm
+	mu   sync.Mutex
 	// screens by VM id, made as desks dial them.
 	screens map[string]*Screen
 }
@@ -52,7 +55,7 @@ func ServeDesktop(t testing.TB, opts web.Options) *Desktop {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Desktop{screens: map[string]*Screen{}}
+	d := &Desktop{Farm: farm, screens: map[string]*Screen{}}
 	desks := desk.New(farm, desk.Options{Log: log, Dial: func(_ context.Context, vm vmm.VM, _ *slog.Logger) (desk.Display, error) {
 		d.mu.Lock()
 		defer d.mu.Unlock()

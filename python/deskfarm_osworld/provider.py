@@ -8,12 +8,17 @@ import shutil
 import tarfile
 import threading
 import time
+from urllib.parse import quote
 
 import requests
 
 log = logging.getLogger("deskfarm_osworld")
 
 PROVIDER_NAME = "deskfarm"
+
+# INIT_STATE is DesktopEnv's default snapshot_name: the VM's ready state,
+# which every leased VM starts at and a reset returns to.
+INIT_STATE = "init_state"
 
 try:  # OSWorld's base classes when OSWorld is importable; plain objects otherwise.
     from desktop_env.providers.base import Provider as _Provider, VMManager as _VMManager
@@ -104,6 +109,17 @@ class Client:
         """The episode's VM back to its ready snapshot, the episode kept."""
         return self._call("POST", "/v1/episodes/%s/reset" % episode_id)
 
+    def save_snapshot(self, episode_id, name):
+        """The episode's VM's RAM and disk saved in place as snapshot name."""
+        return self._call("POST", "/v1/episodes/%s/snapshots" % episode_id, {"name": name})
+
+    def revert_snapshot(self, episode_id, name):
+        """The episode's VM back in place to its snapshot name."""
+        return self._call("POST", "/v1/episodes/%s/snapshots/%s/revert" % (episode_id, quote(name, safe="")))
+
+    def delete_snapshot(self, episode_id, name):
+        return self._call("DELETE", "/v1/episodes/%s/snapshots/%s" % (episode_id, quote(name, safe="")))
+
 
 def _untar(stream, dest, what):
     """Extract a tar stream's regular files and directories under dest,
@@ -159,6 +175,7 @@ class DeskfarmProvider(_Provider):
         self.record = _truthy(os.environ.get("DESKFARM_RECORD")) if record is None else bool(record)
         self.episode = None
         self.result_dir = None  # where the trajectory was last written
+        self.saved = set()  # the snapshot names save_state saved on the episode
 
     def start_emulator(self, path_to_vm, headless=True, os_type=None, *args, **kwargs):
         """Lease a VM of the pool, once: DesktopEnv calls this after every
@@ -216,18 +233,40 @@ class DeskfarmProvider(_Provider):
         return self.episode["osworld_address"]
 
     def save_state(self, path_to_vm, snapshot_name):
-        raise NotImplementedError("deskfarm VMs have one snapshot, their ready state")
+        """Save the leased VM's RAM and disk in place as the named snapshot
+        (POST /v1/episodes/{id}/snapshots); the VM keeps running. Saving a
+        name again replaces that snapshot. The episode's snapshots go when
+        it ends (stop_emulator)."""
+        if self.episode is None:
+            raise RuntimeError("no deskfarm episode: start_emulator first")
+        start = time.monotonic()
+        try:
+            self.client.save_snapshot(self.episode["id"], snapshot_name)
+        except DeskfarmError as e:
+            if e.code != "snapshot_exists":
+                raise
+            self.client.delete_snapshot(self.episode["id"], snapshot_name)
+            self.client.save_snapshot(self.episode["id"], snapshot_name)
+        self.saved.add(snapshot_name)
+        log.info("deskfarm vm %s: snapshot %s saved in %.2fs", self.episode["vm"], snapshot_name, time.monotonic() - start)
 
     def revert_to_snapshot(self, path_to_vm, snapshot_name):
-        """Reset the leased VM in place to its ready snapshot; the path (and
-        the address) stay the same, so return None."""
+        """Return the leased VM in place to the named snapshot: one that
+        save_state saved, else init_state (DesktopEnv's default) is the
+        ready state (a reset), and any other name is reverted to by name on
+        deskfarm, which answers snapshot_not_found for one it does not hold.
+        The path (and the address) stay the same, so return None."""
         if self.episode is None:
             return None
         start = time.monotonic()
         # Through the episode: on a cluster, the agent asked may not be
         # the VM's own.
-        self.client.reset_episode(self.episode["id"])
-        log.info("deskfarm vm %s reset in %.2fs", self.episode["vm"], time.monotonic() - start)
+        if snapshot_name == INIT_STATE and snapshot_name not in self.saved:
+            self.client.reset_episode(self.episode["id"])
+            log.info("deskfarm vm %s reset in %.2fs", self.episode["vm"], time.monotonic() - start)
+            return None
+        self.client.revert_snapshot(self.episode["id"], snapshot_name)
+        log.info("deskfarm vm %s reverted to snapshot %s in %.2fs", self.episode["vm"], snapshot_name, time.monotonic() - start)
         return None
 
     def stop_emulator(self, path_to_vm, region=None, *args, **kwargs):
@@ -235,6 +274,7 @@ class DeskfarmProvider(_Provider):
         ep, self.episode = self.episode, None
         if ep is None:
             return
+        self.saved = set()  # deskfarm drops them with the episode
         for k in [k for k, p in _recorders.items() if p is self]:
             del _recorders[k]
         self.client.end_episode(ep["id"])

@@ -13,6 +13,7 @@ import threading
 import types
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -28,6 +29,7 @@ class FakeDeskfarm:
         self.episodes = {}
         self.polls_before_address = 2
         self.archive = b""
+        self.snapshots = set()  # ep1's named snapshots
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -54,6 +56,18 @@ class FakeDeskfarm:
                     return self._send(201, ep)
                 if self.path == "/v1/episodes/ep1/reset":
                     return self._send(200, {"reset_seconds": 0.4})
+                if self.path == "/v1/episodes/ep1/snapshots":
+                    name = fake.calls[-1][2]["name"]
+                    if name in fake.snapshots:
+                        return self._send(409, {"error": {"code": "snapshot_exists", "message": name + " exists"}})
+                    fake.snapshots.add(name)
+                    return self._send(201, {"name": name, "bytes": 1 << 20})
+                pre, _, name = self.path.rpartition("/snapshots/")
+                if pre == "/v1/episodes/ep1" and name.endswith("/revert"):
+                    name = unquote(name[:-len("/revert")])
+                    if name not in fake.snapshots:
+                        return self._send(404, {"error": {"code": "snapshot_not_found", "message": "no " + name}})
+                    return self._send(200, {"id": "vm1", "snapshot": name, "revert_ms": 90})
                 self._send(404, {"error": "no"})
 
             def do_GET(self):
@@ -77,7 +91,12 @@ class FakeDeskfarm:
             def do_DELETE(self):
                 fake.calls.append(("DELETE", self.path, None, self.headers.get("Authorization")))
                 if self.path == "/v1/episodes/ep1":
+                    fake.snapshots.clear()  # deskfarm drops them at the end
                     return self._send(200, dict(fake.episodes["ep1"], state="ended"))
+                pre, _, name = self.path.rpartition("/snapshots/")
+                if pre == "/v1/episodes/ep1" and unquote(name) in fake.snapshots:
+                    fake.snapshots.discard(unquote(name))
+                    return self._send(204, b"")
                 self._send(404, {"error": "no"})
 
         self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -125,6 +144,37 @@ class ProviderTest(unittest.TestCase):
         # A second stop (DesktopEnv's cleanup after a failure) does nothing.
         self.p.stop_emulator(path)
         self.assertEqual(len(self.fake.api_calls()), 6)
+
+    def test_save_state_and_revert_by_name(self):
+        path = "deskfarm:osworld"
+        self.p.start_emulator(path, True, "Ubuntu")
+        n = len(self.fake.api_calls())
+        # A harness's checkpoint: saved in place, reverted to by name.
+        self.p.save_state(path, "step 3")
+        self.assertIsNone(self.p.revert_to_snapshot(path, "step 3"))
+        # init_state, never saved, is the ready state: a reset.
+        self.assertIsNone(self.p.revert_to_snapshot(path, "init_state"))
+        # Saving a name again replaces it.
+        self.p.save_state(path, "step 3")
+        self.assertEqual(self.fake.api_calls()[n:], [
+            ("POST", "/v1/episodes/ep1/snapshots"),
+            ("POST", "/v1/episodes/ep1/snapshots/step%203/revert"),
+            ("POST", "/v1/episodes/ep1/reset"),
+            ("POST", "/v1/episodes/ep1/snapshots"),
+            ("DELETE", "/v1/episodes/ep1/snapshots/step%203"),
+            ("POST", "/v1/episodes/ep1/snapshots"),
+        ])
+        self.assertEqual(self.fake.calls[-1][2], {"name": "step 3"})
+        # A name deskfarm does not hold is its error, typed by code.
+        with self.assertRaises(deskfarm_osworld.DeskfarmError) as cm:
+            self.p.revert_to_snapshot(path, "never")
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "snapshot_not_found"))
+        # A save_state named init_state is what init_state means after.
+        self.p.save_state(path, "init_state")
+        self.p.revert_to_snapshot(path, "init_state")
+        self.assertEqual(self.fake.api_calls()[-1], ("POST", "/v1/episodes/ep1/snapshots/init_state/revert"))
+        self.p.stop_emulator(path)
+        self.assertEqual(self.p.saved, set())
 
     def test_refused_start_raises(self):
         client = Client(url="http://127.0.0.1:%d/nothing-here" % self.fake.port)
