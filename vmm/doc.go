@@ -20,11 +20,12 @@
 //     Config.MemoryLimitMiB, overcommitted by Config.MemoryOvercommit with
 //     a floor on the host's MemAvailable, Capacity) and registering a new
 //     VM.
-//   - create.go: Create as named steps (overlay, define, start, restore |
-//     wait-display + snapshot, wait-agent, mark-ready) run by steps.go's
-//     runSteps with reverse undo; qemuimg.go: the overlay on the base;
-//     savedstate.go: saved ready states later VMs start from, and their
-//     names; files.go: the state dir's layout and file modes.
+//   - create.go: Create as named steps (overlay, define, start, restore +
+//     clock | wait-display + wait-agent + snapshot, mark-ready) run by
+//     steps.go's runSteps with reverse undo; qemuimg.go: the overlay on the
+//     base; savedstate.go: saved ready states later VMs start from, and
+//     their names; spare.go: a copy of each made ahead, which a create
+//     renames into place; files.go: the state dir's layout and file modes.
 //   - snapshots.go: named snapshots (savevm, info snapshots, loadvm through
 //     Reset's own path, delvm), their names and limits; fork.go: Fork, new
 //     VMs from a VM's current state through a fork template (a copy of its

@@ -342,6 +342,9 @@ func TestE2ESavedStateStart(t *testing.T) {
 	if b.Start != vmm.StartSavedState {
 		t.Fatalf("second vm started by %q, want %q", b.Start, vmm.StartSavedState)
 	}
+	// Ready comes before libvirt has opened its connection to the restored
+	// guest agent: an agent call at once waits for it, it does not fail.
+	mustExec(t, m, b.ID, "true")
 	readyB, err := m.Screenshot(ctx, b.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -184,7 +184,11 @@ func (f *fakeHV) startDomain(ctx context.Context, dom libvirt.Domain, paused boo
 	}
 	d.state = libvirt.DomainRunning
 	if paused {
+		// A QEMU started paused runs no guest code: the agent's port is
+		// closed and libvirt has no connection to it until loadvm
+		// restores a guest whose port is open.
 		d.state = libvirt.DomainPaused
+		d.agentDown = true
 	}
 	m := sessionRE.FindStringSubmatch(d.xml)
 	if m == nil {

@@ -157,6 +157,7 @@ type Manager struct {
 	// memAvailable reads the host's MemAvailable in MiB, for admission's
 	// floor when overcommitting (hostMemAvailable; a test's fake).
 	memAvailable func() (int, error)
+	spares       spares // copies of saved ready states made ahead (spare.go)
 }
 
 var _ Farm = (*Manager)(nil)
@@ -257,6 +258,7 @@ func (m *Manager) Close() error {
 		}
 		m.vms = map[string]*machine{}
 		m.mu.Unlock()
+		m.spares.close()
 		err = m.hv.close() // ends the event stream, and with it watch
 		<-m.watchDone
 		m.events.Close()

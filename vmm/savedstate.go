@@ -29,6 +29,7 @@ func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) e
 			m.log.Warn("could not save ready state for later VMs", "vm", mc.spec.ID, "op", "snapshot", "err", terr)
 		} else {
 			m.log.Info("saved ready state for later VMs", "vm", mc.spec.ID, "op", "snapshot", "path", tmpl)
+			m.refillSpare(tmpl)
 		}
 	}
 	if cerr := mon.cont(ctx); err == nil {
@@ -72,13 +73,23 @@ func (m *Manager) hardware() string {
 	return fmt.Sprintf("hw%d", hardwareVersion)
 }
 
-// copyOverlay makes a VM's overlay from a saved ready state.
+// copyOverlay makes a VM's overlay from a copy of tmpl, a qcow2 holding
+// the snapshot the VM starts from.
 func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
+	return m.overlayFrom(dir, tmpl, overlay, false)
+}
+
+// overlayFrom makes a VM's overlay from tmpl: with spare set (tmpl is a
+// saved ready state, templatePath), from its spare if there is one
+// (spare.go; Create makes the next once the VM is ready), else a copy.
+func (m *Manager) overlayFrom(dir, tmpl, overlay string, spare bool) error {
 	if err := makeVMDir(dir, m.uid, m.gid); err != nil {
 		return err
 	}
-	if err := copyFile(tmpl, overlay); err != nil {
-		return err
+	if !spare || !m.takeSpare(tmpl, overlay) {
+		if err := copyFile(tmpl, overlay); err != nil {
+			return err
+		}
 	}
 	if err := chownPrivate(overlay, m.uid, m.gid); err != nil {
 		return fmt.Errorf("overlay %s: %w", overlay, err)
@@ -87,12 +98,20 @@ func (m *Manager) copyOverlay(dir, tmpl, overlay string) error {
 }
 
 // copyFile copies src to dst atomically (a temp file renamed into place).
-func copyFile(src, dst string) error {
+func copyFile(src, dst string) error { return copyFileContext(context.Background(), src, dst, false) }
+
+// copyFileContext is copyFile, stopped when ctx ends; background copies
+// run at the lowest CPU priority (nice 19), behind the VMs.
+func copyFileContext(ctx context.Context, src, dst string, background bool) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
 	tmp := dst + ".tmp"
-	out, err := exec.Command("cp", "--sparse=always", src, tmp).CombinedOutput()
+	argv := []string{"cp", "--sparse=always", src, tmp}
+	if background {
+		argv = append([]string{"nice", "-n", "19"}, argv...)
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("copy %s to %s: %w: %s", src, tmp, err, strings.TrimSpace(string(out)))

@@ -1,0 +1,121 @@
+// Command coldstart measures how long a new VM takes from a saved ready
+// state (vmm's StartSavedState) and where the time goes: each lifecycle step
+// as vmm's runSteps logs it (overlay, define, start, restore, wait-agent,
+// clock, mark-ready), the whole Create, and from the Create's start the
+// first screendump and the first guest agent call answered (a VM must take
+// input and screenshots at once and its agent calls must wait, not fail).
+// It prints a Markdown table.
+//
+//	go run ./bench/coldstart [-image desktop] [-n 20] [-memory 1024] [-resets 10]
+//
+// -resets also measures a reset's parts on one VM (revert.go).
+//
+// bench/coldstart/compare.sh runs it at two git revisions, alternating, so
+// old and new code are measured side by side in one run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
+	"github.com/deskfarm/deskfarm/images"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+func main() {
+	image := flag.String("image", "desktop", "image to measure")
+	n := flag.Int("n", 20, "VMs to create from saved state")
+	mem := flag.Int("memory", 1024, "guest memory in MiB")
+	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
+	label := flag.String("label", "this build", "name of this build in the table (compare.sh passes old/new)")
+	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
+	resets := flag.Int("resets", 0, "also time this many resets and raw loadvms of one VM (revert)")
+	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
+	flag.Parse()
+	var err error
+	if *table != "" {
+		err = printTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
+	} else {
+		err = run(*image, *n, *mem, *vcpus, *resets, *label, *raw)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/coldstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(image string, n, mem, vcpus, resets int, label, raw string) error {
+	ctx := context.Background()
+	steps := newStepLog(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: slog.New(steps)})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	opts := vmm.CreateOptions{Image: image, MemoryMiB: mem, VCPUs: vcpus}
+
+	// The first VM of this image and size leaves the saved ready state if
+	// there is none yet; it is not counted.
+	first, err := m.Create(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := m.Destroy(ctx, first.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "%s: first vm %s started by %s; timing %d creates from saved state\n", label, first.ID, first.Start, n)
+
+	var out samples
+	add := func(k string, d time.Duration) { out = append(out, sample{label, k, d}) }
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		vm, err := m.Create(ctx, opts)
+		if err != nil {
+			return err
+		}
+		add(measureCreate, time.Since(t0))
+		if vm.Start != vmm.StartSavedState {
+			m.Destroy(ctx, vm.ID)
+			return fmt.Errorf("vm %s started by %s, not from saved state", vm.ID, vm.Start)
+		}
+		if _, err := m.Screenshot(ctx, vm.ID); err != nil {
+			m.Destroy(ctx, vm.ID)
+			return fmt.Errorf("first screendump of vm %s: %w", vm.ID, err)
+		}
+		add(measureScreenshot, time.Since(t0))
+		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"true"}}); err != nil {
+			m.Destroy(ctx, vm.ID)
+			return fmt.Errorf("first exec of vm %s: %w", vm.ID, err)
+		}
+		add(measureExec, time.Since(t0))
+		if err := m.Destroy(ctx, vm.ID); err != nil {
+			return err
+		}
+		for op, d := range steps.take(vm.ID) {
+			add("step "+op, d)
+		}
+	}
+	if resets > 0 {
+		if err := revert(ctx, m, steps, opts, resets, label, add); err != nil {
+			return err
+		}
+	}
+	if raw != "" {
+		return out.appendTo(raw)
+	}
+	f, err := os.CreateTemp("", "coldstart-*.tsv")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	f.Close()
+	if err := out.appendTo(f.Name()); err != nil {
+		return err
+	}
+	return printTable(f.Name(), fmt.Sprintf("%s image, %d MiB, %d vCPU", image, mem, vcpus))
+}
