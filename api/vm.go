@@ -51,7 +51,7 @@ type VM struct {
 	CreatedAt time.Time `json:"created_at"`
 	// BootSeconds is how long create took from define to the ready snapshot.
 	BootSeconds float64 `json:"boot_seconds"`
-	// Start says how the VM came up: "boot" or "saved-state".
+	// Start says how the VM came up: "boot", "saved-state" or "fork" (from another VM's state at a fork).
 	Start string `json:"start"`
 	// VNCSocket is the unix socket of the VM's VNC server, on the server's host.
 	VNCSocket string `json:"vnc_socket"`

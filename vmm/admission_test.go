@@ -46,3 +46,28 @@ func TestParseMemAvailable(t *testing.T) {
 		t.Fatal("meminfo without MemAvailable accepted")
 	}
 }
+
+// A fork is admitted whole or not at all, and with guest memory
+// overcommitted the host's MemAvailable decides how many would fit.
+func TestForkAdmissionOvercommit(t *testing.T) {
+	f := newTestFarm(t, newFakeHV(), func(c *Config) { c.MemoryOvercommit = 4 })
+	f.m.memAvailable = func() (int, error) { return DefaultMemoryReserveMiB + 2*64 + 10, nil } // room for two 256 MiB shares
+	mcs := make([]*machine, 4)
+	for i := range mcs {
+		mcs[i] = &machine{spec: machineSpec{ID: newID(), MemoryMiB: 256}, st: machineState{state: StateCreating}}
+	}
+	err := f.m.admitAll(mcs)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != "memory" || le.Fits != 2 || !errors.Is(err, ErrInsufficientResources) {
+		t.Fatalf("fork of 4 with room for 2: %v", err)
+	}
+	if used, _ := f.m.Capacity(); used != 0 {
+		t.Fatalf("a refused fork registered %d MiB", used)
+	}
+	if err := f.m.admitAll(mcs[:2]); err != nil {
+		t.Fatalf("fork of 2: %v", err)
+	}
+	if used, _ := f.m.Capacity(); used != 512 {
+		t.Fatalf("fork of 2 registered %d MiB", used)
+	}
+}

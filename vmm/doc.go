@@ -25,6 +25,10 @@
 //     runSteps with reverse undo; qemuimg.go: the overlay on the base;
 //     savedstate.go: saved ready states later VMs start from, and their
 //     names; files.go: the state dir's layout and file modes.
+//   - snapshots.go: named snapshots (savevm, info snapshots, loadvm through
+//     Reset's own path, delvm), their names and limits; fork.go: Fork, new
+//     VMs from a VM's current state through a fork template (a copy of its
+//     overlay holding a transfer snapshot) and create.go's steps.
 //   - guestcalls.go: Reset and the calls into the guest; alive.go: naming a
 //     dead QEMU when a call fails; teardown.go: Destroy and removing what
 //     is left of a VM.
@@ -39,7 +43,8 @@
 //   - recover.go: a restarted deskfarm adopts its ready VMs (labels
 //     included) and removes half-made ones and orphan directories.
 //   - agent.go, agentproto.go: the guest agent; monitor.go: QEMU's human
-//     monitor (savevm/loadvm); session.go: deskfarm's own guest channel.
+//     monitor (savevm/loadvm/delvm, info snapshots); session.go: deskfarm's
+//     own guest channel.
 //   - domainxml.go: the domain definition (with the virtio balloon's free
 //     page reporting) and deskfarm's metadata in it; security.go: the
 //     host's sVirt model.

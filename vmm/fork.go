@@ -78,16 +78,26 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 
 	errs := make([]error, len(mcs))
 	var wg sync.WaitGroup
+	// Every fork but the last copies the template; the last takes it,
+	// once the others' copies are done: a fork of one copies nothing more.
+	copies := &sync.WaitGroup{}
+	copies.Add(len(mcs) - 1)
 	for i, mc := range mcs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c := m.newCreation(mc, img, copts, tmpl)
-			// From a copy of the template, QEMU started paused: as from
-			// saved state.
+			// QEMU starts paused, as from saved state.
 			c.fromSaved = true
 			c.log.Info("creating vm", "op", "fork", "source", id, "image", img.Name)
-			errs[i] = runSteps(ctx, c.log, c.forkSteps(snap))
+			last := i == len(mcs)-1
+			copied := func() {}
+			if !last {
+				// Once, whether or not the copy ran: the last waits.
+				copied = sync.OnceFunc(copies.Done)
+				defer copied()
+			}
+			errs[i] = runSteps(ctx, c.log, c.forkSteps(snap, copies, last, copied))
 			if errs[i] != nil {
 				m.unmake(mc, c)
 			}
@@ -139,8 +149,18 @@ func (m *Manager) forkMachine(src *machine, labels map[string]string) *machine {
 func (m *Manager) admitAll(mcs []*machine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := CheckFork(len(mcs), mcs[0].spec.MemoryMiB, m.usedLocked(), m.memLimit); err != nil {
+	mem := mcs[0].spec.MemoryMiB
+	if err := CheckFork(len(mcs), mem, m.usedLocked(), m.memLimit); err != nil {
 		return err
+	}
+	// With guest memory overcommitted, the host's MemAvailable is a floor
+	// too (checkAvailableLocked): fewer may fit than the limit allows.
+	if err := m.checkAvailableLocked(len(mcs) * mem); err != nil {
+		fits := len(mcs) - 1
+		for fits > 0 && m.checkAvailableLocked(fits*mem) != nil {
+			fits--
+		}
+		return &LimitError{Limit: "memory", Max: int64(m.memLimit), Have: int64(m.usedLocked()), Asked: int64(len(mcs)), Fits: fits, Err: err}
 	}
 	for i, mc := range mcs {
 		if err := m.pickPortsLocked(mc.spec.Forwards); err != nil {
@@ -228,26 +248,70 @@ func dropOffline(path string, names []string) error {
 	return nil
 }
 
-// forkSteps are a fork's lifecycle steps: a VM from saved state's, the
-// transfer snapshot loaded and then dropped.
-func (c *creation) forkSteps(snap string) []step {
+// forkSteps are a fork's lifecycle steps: a VM from saved state's, with
+// the transfer snapshot loaded and then dropped. As after a reset, the VM
+// is ready once loaded and its clock set; guest agent calls wait for
+// libvirt's reopen of the agent (reopenAgent) rather than the fork.
+func (c *creation) forkSteps(snap string, copies *sync.WaitGroup, last bool, copied func()) []step {
 	return []step{
-		{name: "overlay", do: c.overlay, undo: c.undoOverlay},
+		{name: "overlay", do: func(ctx context.Context) error { return c.forkOverlay(copies, last, copied) }, undo: c.undoOverlay},
 		{name: "define", do: c.define, undo: c.undoDefine},
 		{name: "start", do: c.startDomain, undo: c.undoStart},
-		{name: "restore", do: func(ctx context.Context) error {
-			if err := c.h.mon.loadVM(ctx, snap); err != nil {
-				return err
-			}
-			return c.h.mon.cont(ctx)
-		}},
+		{name: "restore", do: func(ctx context.Context) error { return c.restoreFork(ctx, snap) }},
 		// The new VM needs the transfer snapshot no more; its RAM would
 		// count in its disk. Its ready snapshot stays: it resets there.
 		{name: "drop-transfer", do: func(ctx context.Context) error { return c.h.mon.delVM(ctx, snap) }},
-		{name: "wait-agent", do: c.waitAgent},
 		{name: "clock", do: c.clock},
 		{name: "mark-ready", do: c.markReady},
 	}
+}
+
+// forkOverlay makes the fork's disk from the template: a copy, or for the
+// last fork the template itself once every copy is made.
+func (c *creation) forkOverlay(copies *sync.WaitGroup, last bool, copied func()) error {
+	if !last {
+		defer copied()
+		return c.overlay(context.Background())
+	}
+	copies.Wait()
+	dir := c.mc.spec.Dir
+	if err := makeVMDir(dir, c.m.uid, c.m.gid); err != nil {
+		return err
+	}
+	err := os.Rename(c.tmpl, c.spec.Overlay)
+	if err == nil {
+		err = chownPrivate(c.spec.Overlay, c.m.uid, c.m.gid)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("overlay %s from fork template: %w", c.spec.Overlay, err)
+	}
+	return nil
+}
+
+// restoreFork loads the transfer snapshot into the paused QEMU and runs it,
+// holding guest agent calls until libvirt has reopened its agent
+// connection, as Reset does (loadvm resets the agent's port).
+func (c *creation) restoreFork(ctx context.Context, snap string) error {
+	m := c.m
+	rctx, rcancel := context.WithTimeout(context.Background(), m.cfg.AgentTimeout)
+	evs, err := m.hv.agentEvents(rctx, c.h.dom)
+	if err != nil {
+		c.log.Warn("no guest agent events; waiting on pings alone", "op", "fork", "err", err)
+	}
+	c.h.agent.hold()
+	start := time.Now()
+	err = c.h.mon.loadVM(ctx, snap)
+	if err == nil {
+		err = c.h.mon.cont(ctx)
+	}
+	if err != nil {
+		rcancel()
+		c.h.agent.release()
+		return err
+	}
+	go m.reopenAgent(rctx, rcancel, c.mc, c.h.agent, evs, start)
+	return nil
 }
 
 // unmake forgets a fork whose steps failed (they undid themselves).

@@ -1,0 +1,162 @@
+// Command snapshots measures, in one run on one VM, a named snapshot's save
+// and revert next to a reset (loadvm of the ready snapshot), and forks of
+// N = 1 and N = 4 new desktops from that VM. It prints a Markdown table.
+//
+//	go run ./bench/snapshots [-image desktop] [-n 10] [-forks 3] [-memory 1024]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
+	"github.com/deskfarm/deskfarm/bench/internal/stats"
+	"github.com/deskfarm/deskfarm/images"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+func main() {
+	image := flag.String("image", "desktop", "image to measure")
+	n := flag.Int("n", 10, "rounds of save, revert and reset")
+	forks := flag.Int("forks", 3, "forks of each size")
+	mem := flag.Int("memory", 1024, "guest memory in MiB")
+	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
+	verbose := flag.Bool("v", false, "log the farm's steps (with their durations) to stderr")
+	flag.Parse()
+	if err := run(*image, *n, *forks, *mem, *vcpus, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
+		os.Exit(1)
+	}
+}
+
+// exec runs a guest command; after a revert or reset it waits for the
+// agent's reopen, so its time is when guest calls work again.
+func exec(ctx context.Context, m *vmm.Manager, id, cmd string) error {
+	_, err := m.Exec(ctx, id, vmm.ExecRequest{Argv: []string{"sh", "-c", cmd}})
+	return err
+}
+
+func run(image string, n, forks, mem, vcpus int, verbose bool) error {
+	ctx := context.Background()
+	m, log, err := farm.Open(ctx, farm.DefaultStateDir)
+	if err != nil {
+		return err
+	}
+	if verbose {
+		m.Close()
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		if m, err = vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: log}); err != nil {
+			return err
+		}
+	}
+	defer m.Close()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: image, MemoryMiB: mem, VCPUs: vcpus})
+	if err != nil {
+		return err
+	}
+	defer m.Destroy(ctx, vm.ID)
+	fmt.Fprintf(os.Stderr, "vm %s ready (%s); %d rounds\n", vm.ID, vm.Start, n)
+
+	// Each round, as an episode would: dirty the guest, save, dirty, revert
+	// to the save, first exec; dirty, reset, first exec; delete.
+	dirty := "dd if=/dev/urandom of=/tmp/dirty bs=1M count=16 2>/dev/null"
+	var save, revert, revertExec, reset, resetExec, del []time.Duration
+	var bytes int64
+	for i := range n {
+		name := fmt.Sprintf("bench-%d", i)
+		if err := exec(ctx, m, vm.ID, dirty); err != nil {
+			return err
+		}
+		s, err := m.SaveSnapshot(ctx, vm.ID, name)
+		if err != nil {
+			return err
+		}
+		save, bytes = append(save, s.Took), s.Bytes
+		if err := exec(ctx, m, vm.ID, dirty); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		r, err := m.RevertSnapshot(ctx, vm.ID, name)
+		if err != nil {
+			return err
+		}
+		revert = append(revert, r.Duration)
+		if err := exec(ctx, m, vm.ID, "true"); err != nil {
+			return fmt.Errorf("first exec after revert %d: %w", i, err)
+		}
+		revertExec = append(revertExec, time.Since(t0))
+		if err := exec(ctx, m, vm.ID, dirty); err != nil {
+			return err
+		}
+		t0 = time.Now()
+		r, err = m.Reset(ctx, vm.ID)
+		if err != nil {
+			return err
+		}
+		reset = append(reset, r.Duration)
+		if err := exec(ctx, m, vm.ID, "true"); err != nil {
+			return fmt.Errorf("first exec after reset %d: %w", i, err)
+		}
+		resetExec = append(resetExec, time.Since(t0))
+		t0 = time.Now()
+		if err := m.DeleteSnapshot(ctx, vm.ID, name); err != nil {
+			return err
+		}
+		del = append(del, time.Since(t0))
+	}
+
+	// Forks of the VM as an episode left it (dirtied): per new desktop is
+	// the whole fork's time over N; the source pauses for a part of it.
+	forkOf := func(count int) (per, whole []time.Duration, err error) {
+		for range forks {
+			if err := exec(ctx, m, vm.ID, dirty); err != nil {
+				return nil, nil, err
+			}
+			t0 := time.Now()
+			vms, err := m.Fork(ctx, vm.ID, vmm.ForkOptions{Count: count})
+			if err != nil {
+				return nil, nil, err
+			}
+			d := time.Since(t0)
+			whole, per = append(whole, d), append(per, d/time.Duration(count))
+			for _, f := range vms {
+				if err := exec(ctx, m, f.ID, "true"); err != nil {
+					return nil, nil, fmt.Errorf("exec on fork %s: %w", f.ID, err)
+				}
+				if err := m.Destroy(ctx, f.ID); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		return per, whole, nil
+	}
+	per1, whole1, err := forkOf(1)
+	if err != nil {
+		return err
+	}
+	per4, whole4, err := forkOf(4)
+	if err != nil {
+		return err
+	}
+
+	row := func(what string, d []time.Duration) {
+		fmt.Printf("| %s | %d | %s | %s |\n", what, len(d), stats.MS(stats.Pct(d, 50)), stats.MS(stats.Pct(d, 95)))
+	}
+	fmt.Printf("| measure (%s image, %d MiB, %d vCPU, %s; snapshot %.0f MiB) | n | median | p95 |\n|---|---|---|---|\n",
+		image, mem, vcpus, vm.Accel, float64(bytes)/(1<<20))
+	row("save a named snapshot (savevm; the VM runs on)", save)
+	row("revert to it (loadvm + clock)", revert)
+	row("revert, then the first guest exec answered", revertExec)
+	row("reset to the ready snapshot (loadvm + clock), same VM", reset)
+	row("reset, then the first guest exec answered", resetExec)
+	row("delete the named snapshot (delvm)", del)
+	row("fork N=1: the new desktop ready", per1)
+	row("fork N=4: whole fork", whole4)
+	row("fork N=4: per new desktop (whole / 4)", per4)
+	_ = whole1
+	return nil
+}
