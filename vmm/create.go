@@ -43,14 +43,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	c.log.Info("creating vm", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs,
 		"accel", m.accel, "start", mc.spec.Start)
 	if err := runSteps(ctx, c.log, c.steps()); err != nil {
-		m.mu.Lock()
-		delete(m.vms, mc.spec.ID)
-		m.mu.Unlock()
-		mc.with(func(st *machineState) { st.gone = true })
-		mc.stop()
-		if c.defined {
-			m.publish(EventDestroyed, mc, "create failed")
-		}
+		m.unmake(mc, c, "create failed")
 		return VM{}, fmt.Errorf("create vm %s (image %s): %w", mc.spec.ID, img.Name, err)
 	}
 	c.log.Info("vm ready", "op", "create", "duration", time.Since(c.start).Round(time.Millisecond))
@@ -59,6 +52,19 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 		m.refillSpare(c.tmpl)
 	}
 	return mc.describe(), nil
+}
+
+// unmake forgets a new VM (a create's or a fork's) whose steps failed
+// (they undid themselves); reason goes with EventDestroyed.
+func (m *Manager) unmake(mc *machine, c *creation, reason string) {
+	m.mu.Lock()
+	delete(m.vms, mc.spec.ID)
+	m.mu.Unlock()
+	mc.with(func(st *machineState) { st.gone = true })
+	mc.stop()
+	if c.defined {
+		m.publish(EventDestroyed, mc, reason)
+	}
 }
 
 // creation is one Create in progress: what it makes and the lifecycle steps
@@ -248,21 +254,34 @@ func (c *creation) undoStart(ctx context.Context) error {
 // need (docs/benchmarks.md, cold start). reopenAgent ends with the VM
 // (mc.stopWatch), so a create that fails later leaves it nothing to wait on.
 func (c *creation) restore(ctx context.Context) error {
+	return c.restoreFrom(ctx, readySnapshot, "restore")
+}
+
+// restoreFrom loads snapshot name into the paused QEMU and runs it,
+// holding guest agent calls until libvirt has reopened its agent
+// connection (loadvm resets the agent's port), as Reset does: the VM is
+// usable once loaded, agent calls wait at the gate (reopenAgent). Both a
+// VM from saved state and a fork (its transfer snapshot) start so.
+func (c *creation) restoreFrom(ctx context.Context, name, op string) error {
 	t := time.Now()
 	rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.AgentTimeout)
 	evs, err := c.m.hv.agentEvents(rctx, c.h.dom)
 	if err != nil {
-		c.log.Warn("no guest agent events; waiting on pings alone", "op", "restore", "err", err)
+		c.log.Warn("no guest agent events; waiting on pings alone", "op", op, "err", err)
 	}
 	c.h.agent.hold()
-	if err := c.h.mon.loadVM(ctx, readySnapshot); err != nil {
+	err = c.h.mon.loadVM(ctx, name)
+	if err == nil {
+		c.log.Debug("loadvm done", "op", op, "duration", time.Since(t).Round(time.Millisecond))
+		err = c.h.mon.cont(ctx)
+	}
+	if err != nil {
 		rcancel()
 		c.h.agent.release()
 		return err
 	}
 	go c.m.reopenAgent(rctx, rcancel, c.mc, c.h.agent, evs, t)
-	c.log.Debug("loadvm done", "op", "restore", "duration", time.Since(t).Round(time.Millisecond))
-	return c.h.mon.cont(ctx)
+	return nil
 }
 
 // waitDisplay waits, within Config.BootTimeout, for the guest to say its

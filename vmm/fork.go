@@ -99,7 +99,7 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 			}
 			errs[i] = runSteps(ctx, c.log, c.forkSteps(snap, copies, last, copied))
 			if errs[i] != nil {
-				m.unmake(mc, c)
+				m.unmake(mc, c, "fork failed")
 			}
 		}()
 	}
@@ -257,7 +257,7 @@ func (c *creation) forkSteps(snap string, copies *sync.WaitGroup, last bool, cop
 		{name: "overlay", do: func(ctx context.Context) error { return c.forkOverlay(copies, last, copied) }, undo: c.undoOverlay},
 		{name: "define", do: c.define, undo: c.undoDefine},
 		{name: "start", do: c.startDomain, undo: c.undoStart},
-		{name: "restore", do: func(ctx context.Context) error { return c.restoreFork(ctx, snap) }},
+		{name: "restore", do: func(ctx context.Context) error { return c.restoreFrom(ctx, snap, "fork") }},
 		// The new VM needs the transfer snapshot no more; its RAM would
 		// count in its disk. Its ready snapshot stays: it resets there.
 		{name: "drop-transfer", do: func(ctx context.Context) error { return c.h.mon.delVM(ctx, snap) }},
@@ -287,43 +287,6 @@ func (c *creation) forkOverlay(copies *sync.WaitGroup, last bool, copied func())
 		return fmt.Errorf("overlay %s from fork template: %w", c.spec.Overlay, err)
 	}
 	return nil
-}
-
-// restoreFork loads the transfer snapshot into the paused QEMU and runs it,
-// holding guest agent calls until libvirt has reopened its agent
-// connection, as Reset does (loadvm resets the agent's port).
-func (c *creation) restoreFork(ctx context.Context, snap string) error {
-	m := c.m
-	rctx, rcancel := context.WithTimeout(context.Background(), m.cfg.AgentTimeout)
-	evs, err := m.hv.agentEvents(rctx, c.h.dom)
-	if err != nil {
-		c.log.Warn("no guest agent events; waiting on pings alone", "op", "fork", "err", err)
-	}
-	c.h.agent.hold()
-	start := time.Now()
-	err = c.h.mon.loadVM(ctx, snap)
-	if err == nil {
-		err = c.h.mon.cont(ctx)
-	}
-	if err != nil {
-		rcancel()
-		c.h.agent.release()
-		return err
-	}
-	go m.reopenAgent(rctx, rcancel, c.mc, c.h.agent, evs, start)
-	return nil
-}
-
-// unmake forgets a fork whose steps failed (they undid themselves).
-func (m *Manager) unmake(mc *machine, c *creation) {
-	m.mu.Lock()
-	delete(m.vms, mc.spec.ID)
-	m.mu.Unlock()
-	mc.with(func(st *machineState) { st.gone = true })
-	mc.stop()
-	if c.defined {
-		m.publish(EventDestroyed, mc, "fork failed")
-	}
 }
 
 // removeFork removes a fork that was made while another of its fork failed.
