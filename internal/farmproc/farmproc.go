@@ -127,6 +127,12 @@ func (f *Farm) start(ctx context.Context) error {
 		}
 		argv = append(argv, "--pools", poolsFile)
 	}
+	// A test farm leaves the host's same-page merging alone unless the
+	// test asks (--ksm): a farm killed with -9 cannot restore it, and a
+	// host left merging after its tests is one the tests changed.
+	if !slices.ContainsFunc(f.cfg.Args, func(a string) bool { return strings.HasPrefix(a, "--ksm") }) {
+		argv = append(argv, "--ksm=false")
+	}
 	argv = append(argv, f.cfg.Args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f.cfg.Log, f.cfg.Log
