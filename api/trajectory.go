@@ -28,6 +28,14 @@ const (
 	KindFileRead      = "file_read"     // GET .../files
 	KindFileWrite     = "file_write"    // PUT .../files
 	KindDemonstration = "demonstration" // a person's input, coalesced
+	KindSnapshot      = "snapshot"      // a named snapshot saved, reverted or deleted
+)
+
+// Snapshot step operations (StepSnapshot.Op).
+const (
+	SnapshotSave   = "save"
+	SnapshotRevert = "revert"
+	SnapshotDelete = "delete"
 )
 
 // Trajectory states.
@@ -80,9 +88,10 @@ type TrajectoryStep struct {
 	Screenshots    StepScreens `json:"screenshots"`
 	// A11yTree names the file of the accessibility tree after the step
 	// (OSWorld's XML), when recorded with a11y on an image with AT-SPI.
-	A11yTree string    `json:"a11y_tree,omitempty"`
-	Exec     *StepExec `json:"exec,omitempty"`
-	File     *StepFile `json:"file,omitempty"`
+	A11yTree string        `json:"a11y_tree,omitempty"`
+	Exec     *StepExec     `json:"exec,omitempty"`
+	File     *StepFile     `json:"file,omitempty"`
+	Snapshot *StepSnapshot `json:"snapshot,omitempty"`
 	// Dropped says what of the step was not kept and why (the recorder's
 	// queue was full, the disk was full).
 	Dropped string `json:"dropped,omitempty"`
@@ -108,6 +117,15 @@ type StepExec struct {
 	ExitCode    int      `json:"exit_code"`
 	StdoutBytes int      `json:"stdout_bytes"`
 	StderrBytes int      `json:"stderr_bytes"`
+}
+
+// StepSnapshot is a snapshot step: a named snapshot saved, reverted to or
+// deleted (issue 17). A revert's after screenshot is the reverted desktop,
+// so a trajectory that branches back says where to, and a replay repeats
+// it.
+type StepSnapshot struct {
+	Op   string `json:"op"` // SnapshotSave, SnapshotRevert or SnapshotDelete
+	Name string `json:"name"`
 }
 
 // StepFile is a file step: the guest path and the bytes moved, hashed.

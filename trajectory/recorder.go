@@ -181,6 +181,7 @@ type Call struct {
 	AfterImage []byte
 	Exec       *api.StepExec
 	File       *api.StepFile
+	Snapshot   *api.StepSnapshot
 	// FileData is a file step's contents, kept only with KeepFiles.
 	FileData []byte
 }
@@ -218,7 +219,7 @@ func (p *Pending) End(c Call) {
 			Request: c.Request, Response: c.Response, Status: c.Status, IsError: c.IsError, Error: c.Error,
 			ModelResponse: c.ModelResponse, SettleMS: ms(c.Settle), DurationMS: ms(c.Duration),
 			Cursor: &api.Point{X: x, Y: y}, ScreenshotSize: sizeText(size), NativeSize: sizeText(r.native),
-			Exec: c.Exec, File: c.File,
+			Exec: c.Exec, File: c.File, Snapshot: c.Snapshot,
 		},
 		actions: c.Actions, size: size, before: p.before, afterNative: r.snap(), afterImage: c.AfterImage,
 	}

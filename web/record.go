@@ -111,6 +111,13 @@ func (n *stepNote) exec(e api.StepExec) {
 	}
 }
 
+// snapshot notes a snapshot step.
+func (n *stepNote) snapshot(op, name string) {
+	if n != nil {
+		n.call.Snapshot = &api.StepSnapshot{Op: op, Name: name}
+	}
+}
+
 // file notes a file step: its guest path and contents, hashed.
 func (n *stepNote) file(path string, data []byte) {
 	if n == nil {

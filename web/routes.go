@@ -166,13 +166,15 @@ func (s *server) routes() []route {
 		{method: "GET", path: "/cua/{path...}", op: "cua", policy: acts(control), vm: s.cua, scope: vmAndEpisode},
 		{method: "POST", path: "/cua/{path...}", op: "cua", policy: acts(controlJSON), vm: s.cua, scope: vmAndEpisode},
 		// Named snapshots (snapshots.go): a save, a revert and a delete
-		// change what the VM holds or runs; a list reads what is inside.
-		{method: "POST", path: "/snapshots", op: "snapshot_save", policy: acts(controlJSON), vm: s.saveSnapshot, scope: vmAndEpisode},
+		// change what the VM holds or runs, and are steps of its
+		// trajectory (a replay repeats them); a list reads what is inside.
+		{method: "POST", path: "/snapshots", op: "snapshot_save", policy: acts(controlJSON), vm: s.saveSnapshot, scope: vmAndEpisode,
+			step: api.KindSnapshot},
 		{method: "GET", path: "/snapshots", op: "snapshot_list", policy: control, vm: s.listSnapshots, scope: vmAndEpisode},
 		{method: "POST", path: "/snapshots/{name}/revert", op: "snapshot_revert", policy: acts(control), vm: s.revertSnapshot,
-			scope: vmAndEpisode},
+			scope: vmAndEpisode, step: api.KindSnapshot},
 		{method: "DELETE", path: "/snapshots/{name}", op: "snapshot_delete", policy: acts(control), vm: s.deleteSnapshot,
-			scope: vmAndEpisode},
+			scope: vmAndEpisode, step: api.KindSnapshot},
 		// Episodes lease pool VMs (episodes.go).
 		{method: "POST", path: "/v1/episodes", op: "episode_start", policy: controlJSON, h: s.startEpisode},
 		{method: "GET", path: "/v1/episodes", op: "episode_list", policy: watch, h: s.listEpisodes},

@@ -43,6 +43,7 @@ func (s *server) saveSnapshot(w http.ResponseWriter, r *http.Request, t target) 
 	if err := decodeJSON(w, r, &body, maxJSONBody); err != nil {
 		return err
 	}
+	t.step.snapshot(api.SnapshotSave, body.Name)
 	snap, err := sf.SaveSnapshot(t.ctx, t.vm, body.Name)
 	if err != nil {
 		return err
@@ -79,6 +80,7 @@ func (s *server) revertSnapshot(w http.ResponseWriter, r *http.Request, t target
 		return err
 	}
 	name := r.PathValue("name")
+	t.step.snapshot(api.SnapshotRevert, name)
 	start := time.Now()
 	res, err := sf.RevertSnapshot(t.ctx, t.vm, name)
 	if err != nil {
@@ -95,6 +97,7 @@ func (s *server) deleteSnapshot(w http.ResponseWriter, r *http.Request, t target
 	if err != nil {
 		return err
 	}
+	t.step.snapshot(api.SnapshotDelete, r.PathValue("name"))
 	if err := sf.DeleteSnapshot(t.ctx, t.vm, r.PathValue("name")); err != nil {
 		return err
 	}

@@ -395,3 +395,47 @@ func TestTrajectoryRecordsCuaCommands(t *testing.T) {
 		t.Errorf("screenshot step: %+v", sc)
 	}
 }
+
+// A recorded VM's snapshot calls are steps of its trajectory, each saying
+// what it did to which snapshot, with the desktop after it (a revert's is
+// the reverted desktop); a failed revert is an error step with its code.
+// A list changes nothing and is no step.
+func TestTrajectoryRecordsSnapshots(t *testing.T) {
+	base, info := recordVM1(t)
+	for _, c := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/v1/vms/vm1/snapshots", `{"name":"before-login"}`, http.StatusCreated},
+		{"GET", "/v1/vms/vm1/snapshots", "", http.StatusOK},
+		{"POST", "/v1/vms/vm1/snapshots/before-login/revert", "", http.StatusOK},
+		{"POST", "/v1/vms/vm1/snapshots/nope/revert", "", http.StatusNotFound},
+		{"DELETE", "/v1/vms/vm1/snapshots/before-login", "", http.StatusNoContent},
+	} {
+		if status, body := send(t, c.method, base+c.path, c.body); status != c.want {
+			t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, status, body, c.want)
+		}
+	}
+	if status, body := send(t, "DELETE", base+"/v1/vms/vm1/recording", ""); status != http.StatusOK {
+		t.Fatalf("stop: %d %s", status, body)
+	}
+	status, body := send(t, "GET", base+"/v1/trajectories/"+info.ID, "")
+	if status != http.StatusOK {
+		t.Fatalf("get: %d %s", status, body)
+	}
+	var tr api.Trajectory
+	json.Unmarshal(body, &tr)
+	want := []api.StepSnapshot{{Op: api.SnapshotSave, Name: "before-login"}, {Op: api.SnapshotRevert, Name: "before-login"},
+		{Op: api.SnapshotRevert, Name: "nope"}, {Op: api.SnapshotDelete, Name: "before-login"}}
+	if len(tr.StepList) != len(want) {
+		t.Fatalf("%d steps, want %d: %s", len(tr.StepList), len(want), body)
+	}
+	for i, st := range tr.StepList {
+		if st.Kind != api.KindSnapshot || st.Snapshot == nil || *st.Snapshot != want[i] || st.Screenshots.After == "" {
+			t.Errorf("step %d: %+v (snapshot %+v), want kind snapshot %+v with an after screenshot", i+1, st, st.Snapshot, want[i])
+		}
+	}
+	if e := tr.StepList[2]; !e.IsError || e.Status != http.StatusNotFound || e.Error == nil || e.Error.Code != api.CodeSnapshotNotFound {
+		t.Errorf("failed revert step: %+v (error %+v)", e, e.Error)
+	}
+}

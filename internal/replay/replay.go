@@ -246,6 +246,8 @@ func (p *player) step(ctx context.Context, s api.TrajectoryStep) (StepResult, er
 		return p.fileWrite(ctx, s, res)
 	case s.Kind == api.KindFileWrite:
 		res.Outcome, res.Reason = OutcomeSkipped, "the file's contents were not kept (record_options.keep_files)"
+	case s.Kind == api.KindSnapshot && s.Snapshot != nil:
+		return p.snapshot(ctx, s, res)
 	case s.Kind == api.KindFileRead:
 		res.Outcome, res.Reason = OutcomeSkipped, "a file read changes nothing"
 	default:
@@ -292,15 +294,7 @@ func (p *player) actions(ctx context.Context, s api.TrajectoryStep, res StepResu
 	}
 	out, err := p.c.Act(ctx, p.target, req)
 	if err != nil {
-		if _, ok := errors.AsType[*api.Error](err); !ok {
-			return res, err
-		}
-		if s.IsError {
-			res.Outcome, res.Reason = OutcomePlayed, "failed as recorded: "+err.Error()
-			return res, nil
-		}
-		res.Outcome, res.Reason = OutcomeDiverged, "the replay failed where the recording did not: "+err.Error()
-		return res, nil
+		return failed(s, res, err)
 	}
 	if s.Screenshots.After == "" {
 		res.Outcome = OutcomePlayed
@@ -355,19 +349,52 @@ func (p *player) exec(ctx context.Context, s api.TrajectoryStep, res StepResult)
 	}
 	out, err := p.c.Exec(ctx, p.target, req)
 	if err != nil {
-		if _, ok := errors.AsType[*api.Error](err); !ok {
-			return res, err
-		}
-		if s.IsError {
-			res.Outcome, res.Reason = OutcomePlayed, "failed as recorded: "+err.Error()
-		} else {
-			res.Outcome, res.Reason = OutcomeDiverged, "the replay failed where the recording did not: "+err.Error()
-		}
-		return res, nil
+		return failed(s, res, err)
 	}
 	res.Outcome = OutcomePlayed
 	if s.Exec != nil && out.ExitCode != s.Exec.ExitCode {
 		res.Outcome, res.Reason = OutcomeDiverged, fmt.Sprintf("exit code %d, recorded %d", out.ExitCode, s.Exec.ExitCode)
+	}
+	return res, nil
+}
+
+// failed judges a step the farm refused: as recorded if the recording
+// failed too, diverged if not. An error that is not the farm's answer is
+// the replay's own.
+func failed(s api.TrajectoryStep, res StepResult, err error) (StepResult, error) {
+	if _, ok := errors.AsType[*api.Error](err); !ok {
+		return res, err
+	}
+	if s.IsError {
+		res.Outcome, res.Reason = OutcomePlayed, "failed as recorded: "+err.Error()
+	} else {
+		res.Outcome, res.Reason = OutcomeDiverged, "the replay failed where the recording did not: "+err.Error()
+	}
+	return res, nil
+}
+
+// snapshot saves, reverts to or deletes the named snapshot on the replay's
+// episode, as the recording did: a trajectory that went back to a
+// checkpoint goes back in the replay too.
+func (p *player) snapshot(ctx context.Context, s api.TrajectoryStep, res StepResult) (StepResult, error) {
+	var err error
+	switch name := s.Snapshot.Name; s.Snapshot.Op {
+	case api.SnapshotSave:
+		_, err = p.c.SaveSnapshot(ctx, p.target, name)
+	case api.SnapshotRevert:
+		_, err = p.c.RevertSnapshot(ctx, p.target, name)
+	case api.SnapshotDelete:
+		err = p.c.DeleteSnapshot(ctx, p.target, name)
+	default:
+		res.Outcome, res.Reason = OutcomeSkipped, fmt.Sprintf("unknown snapshot op %q", s.Snapshot.Op)
+		return res, nil
+	}
+	if err != nil {
+		return failed(s, res, err)
+	}
+	res.Outcome = OutcomePlayed
+	if s.IsError {
+		res.Outcome, res.Reason = OutcomeDiverged, "the replay's "+s.Snapshot.Op+" succeeded where the recording's failed"
 	}
 	return res, nil
 }

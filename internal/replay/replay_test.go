@@ -82,6 +82,11 @@ func (f *fakeFarm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out.Image = &api.Image{MediaType: "image/png", Data: base64.StdEncoding.EncodeToString(b), Width: 1280, Height: 800}
 		}
 		json.NewEncoder(w).Encode(out)
+	case r.Method == "POST" && r.URL.Path == "/v1/episodes/ep-replay00000/snapshots":
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(api.Snapshot{Name: "cp"})
+	case r.Method == "POST" && r.URL.Path == "/v1/episodes/ep-replay00000/snapshots/cp/revert":
+		json.NewEncoder(w).Encode(api.RevertResponse{ID: "v01", Snapshot: "cp"})
 	case r.URL.Path == "/v1/episodes/ep-replay00000/exec":
 		json.NewEncoder(w).Encode(api.ExecResponse{ExitCode: 0})
 	case r.Method == "DELETE" && r.URL.Path == "/v1/episodes/ep-replay00000":
@@ -112,10 +117,16 @@ func TestRunReportsEachStepAndTheFirstDivergence(t *testing.T) {
 		// The replay's screen is still the typed command: diverged.
 		{Step: 6, Actor: api.ActorAgent, Kind: api.KindActions, Actions: json.RawMessage(`{"kind":"screenshot"}`),
 			ScreenshotSize: "1280x800", Screenshots: api.StepScreens{After: "screens/b.png"}},
+		// A checkpoint saved and gone back to; a revert to a snapshot the
+		// recording never had fails as it did.
+		{Step: 7, Actor: api.ActorAgent, Kind: api.KindSnapshot, Snapshot: &api.StepSnapshot{Op: api.SnapshotSave, Name: "cp"}},
+		{Step: 8, Actor: api.ActorAgent, Kind: api.KindSnapshot, Snapshot: &api.StepSnapshot{Op: api.SnapshotRevert, Name: "cp"}},
+		{Step: 9, Actor: api.ActorAgent, Kind: api.KindSnapshot, Snapshot: &api.StepSnapshot{Op: api.SnapshotRevert, Name: "gone"},
+			IsError: true, Status: 404},
 		// Failed in the recording, fails again: as recorded.
-		{Step: 7, Actor: api.ActorAgent, Kind: api.KindActions, Actions: json.RawMessage(`[{"kind":"bogus"}]`), IsError: true, Status: 400},
+		{Step: 10, Actor: api.ActorAgent, Kind: api.KindActions, Actions: json.RawMessage(`[{"kind":"bogus"}]`), IsError: true, Status: 400},
 		// Failed only in the replay.
-		{Step: 8, Actor: api.ActorAgent, Kind: api.KindActions, Actions: json.RawMessage(`[{"kind":"bogus"}]`)},
+		{Step: 11, Actor: api.ActorAgent, Kind: api.KindActions, Actions: json.RawMessage(`[{"kind":"bogus"}]`)},
 	}
 	dir := writeTrajectory(t, steps, map[string]string{"screens/a.png": "terminal-typed.png",
 		"native/b.png": "terminal-ran.png", "screens/b.png": "terminal-ran.png"})
@@ -137,7 +148,8 @@ func TestRunReportsEachStepAndTheFirstDivergence(t *testing.T) {
 	if rep.FirstDiverged != 6 || rep.Reproduced() || rep.Episode != "ep-replay00000" || rep.Source != "ep-0123456789ab" {
 		t.Errorf("report %+v", rep)
 	}
-	want := []string{OutcomeMatched, OutcomeMatched, OutcomePlayed, OutcomeSkipped, OutcomePlayed, OutcomeDiverged, OutcomePlayed, OutcomeDiverged}
+	want := []string{OutcomeMatched, OutcomeMatched, OutcomePlayed, OutcomeSkipped, OutcomePlayed, OutcomeDiverged,
+		OutcomePlayed, OutcomePlayed, OutcomePlayed, OutcomePlayed, OutcomeDiverged}
 	for i, s := range rep.Steps {
 		if s.Outcome != want[i] {
 			t.Errorf("step %d: %s (%s), want %s", s.Step, s.Outcome, s.Reason, want[i])
@@ -149,8 +161,8 @@ func TestRunReportsEachStepAndTheFirstDivergence(t *testing.T) {
 	if d := rep.Steps[5].Distance; d == nil || *d < 0.00088 {
 		t.Errorf("step 6 distance %v, want the output line's 0.000889", d)
 	}
-	if !strings.Contains(rep.Steps[7].Reason, "bogus action") {
-		t.Errorf("step 8 reason %q", rep.Steps[7].Reason)
+	if !strings.Contains(rep.Steps[10].Reason, "bogus action") {
+		t.Errorf("step 11 reason %q", rep.Steps[10].Reason)
 	}
 	if farm.pool != "desktop" || !farm.ended {
 		t.Errorf("episode of pool %q, ended %v: want the recording's pool, ended", farm.pool, farm.ended)
@@ -164,6 +176,9 @@ func TestRunReportsEachStepAndTheFirstDivergence(t *testing.T) {
 		`POST /v1/episodes/ep-replay00000/exec {"argv":["true"]}`,
 		`POST /v1/episodes/ep-replay00000/actions {"actions":[{"kind":"move","x":300,"y":300}],"screenshot_size":"1280x800","screenshot":"never"}`,
 		`POST /v1/episodes/ep-replay00000/actions {"action":{"kind":"screenshot"},"screenshot_size":"1280x800"}`,
+		`POST /v1/episodes/ep-replay00000/snapshots {"name":"cp"}`,
+		`POST /v1/episodes/ep-replay00000/snapshots/cp/revert `,
+		`POST /v1/episodes/ep-replay00000/snapshots/gone/revert `,
 	} {
 		found := false
 		for _, b := range farm.bodies {
