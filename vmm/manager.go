@@ -236,6 +236,7 @@ func newManager(ctx context.Context, cfg Config, hv hypervisor, accel string, ui
 	if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
+	pruneSaved(filepath.Join(cfg.StateDir, "saved"), cfg.Images, m.log)
 	go m.watch()
 	return m, nil
 }

@@ -3,8 +3,10 @@ package vmm
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -115,4 +117,51 @@ func TestCreateFromSavedStateTakesSpare(t *testing.T) {
 		}
 	}
 	f.assertEmpty(t)
+}
+
+// A farm starting removes the saved ready states no VM can start from (an
+// image rebuilt, a recipe gone, an unversioned name from before hardware
+// versions) with their spares, and keeps the current ones, of any size,
+// accelerator or hardware version, with theirs, and files not its own.
+func TestPruneSavedRemovesOutdated(t *testing.T) {
+	dir := t.TempDir()
+	cur, old := "0123456789abcdef", "fedcba9876543210"
+	keep := []string{
+		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2.spare-42",
+		"desktop-" + cur + "-hw2-2048m-2c-1920x1080-kvm-net.qcow2",
+		"desktop-" + cur + "-hw1-1024m-2c-1280x800-tcg.qcow2",
+		"notes.txt",
+	}
+	gone := []string{
+		"desktop-" + old + "-hw2-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + old + "-hw2-1024m-2c-1280x800-tcg.qcow2.spare-7",
+		"desktop-" + cur + "-1024m-2c-1280x800-tcg.qcow2",
+		"retired-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2",
+	}
+	for _, n := range append(slices.Clone(keep), gone...) {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneSaved(dir, oneImage{BaseImage{Name: "desktop", Hash: cur + "0011"}}, slog.New(slog.DiscardHandler))
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	slices.Sort(keep)
+	if !slices.Equal(left, keep) {
+		t.Errorf("left %q, want %q", left, keep)
+	}
+}
+
+// oneImage resolves its image's name and no other.
+type oneImage struct{ img BaseImage }
+
+func (o oneImage) Resolve(name string) (BaseImage, error) {
+	if name != o.img.Name {
+		return BaseImage{}, ErrUnknownImage
+	}
+	return o.img, nil
 }
