@@ -190,20 +190,51 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	}
 
 	// Thunderbird opens its mail window, not the account setup that a
-	// profile without accounts gets on its first run.
+	// profile without accounts gets on its first run. Since Thunderbird 128
+	// the setup (the "Account Hub") is a modal inside the mail window, so
+	// the window title does not show it; its accessibility tree does.
 	must("setsid -f thunderbird >/dev/null 2>&1 </dev/null")
 	waitFor("Thunderbird window", "wmctrl -l", "Mozilla Thunderbird", 300*time.Second)
-	// The account setup opens as a tab once the window is up (its title
-	// then starts "Account Setup"); watch the titles for a while.
-	for i := 0; i < 15; i++ {
-		titles := must("wmctrl -l")
-		if strings.Contains(titles, "Account Setup") || strings.Contains(titles, "Account Hub") {
-			t.Fatalf("Thunderbird opened its first-run account setup:\n%s", titles)
+	hub := `python -c "
+import pyatspi
+seen = 0
+def walk(node, depth):
+    global seen
+    seen += 1
+    if depth > 14 or seen > 4000:
+        return None
+    try:
+        role, name = node.getRoleName(), node.name or ''
+    except Exception:
+        return None
+    if role == 'dialog' or 'Account Hub' in name or 'Set up your existing email' in name:
+        return role + ' ' + repr(name)
+    for child in node:
+        if child is not None:
+            hit = walk(child, depth + 1)
+            if hit:
+                return hit
+    return None
+apps = [a for a in pyatspi.Registry.getDesktop(0) if a is not None and 'thunderbird' in (a.name or '').lower()]
+frames = [f for a in apps for f in a if f is not None and 'Thunderbird' in (f.name or '')]
+if not frames:
+    print('no frame yet')
+else:
+    hit = walk(frames[0], 0)
+    print('hub: ' + hit if hit else 'no hub in %d nodes' % seen)
+"`
+	waitFor("Thunderbird in the AT-SPI tree", hub, " nodes", 180*time.Second)
+	// The hub opens once the window has loaded; look a few times more.
+	for i := 0; i < 5; i++ {
+		out, _, err := run(hub, 90*time.Second)
+		if err == nil && strings.Contains(out, "hub: ") {
+			t.Fatalf("Thunderbird opened its first-run account setup: %s", out)
 		}
-		if i == 14 {
-			t.Logf("Thunderbird's windows:\n%s", titles)
-		}
-		time.Sleep(2 * time.Second)
+		t.Logf("Thunderbird's tree, look %d: %s", i+1, strings.TrimSpace(out))
+		time.Sleep(3 * time.Second)
+	}
+	if out := must("wmctrl -l"); strings.Contains(out, "Account Setup") {
+		t.Fatalf("Thunderbird opened its account setup window:\n%s", out)
 	}
 
 	// Chromium and VLC (Qt) publish their trees too: accessibility is on
