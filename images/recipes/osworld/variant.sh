@@ -95,7 +95,7 @@ variant_check() {
 	check sh -c 'echo password | runuser -u user -- sudo -S -k true'
 	check sh -c 'unzip -v && zip -v && xz --version && jq --version && git --version && echo 2+2 | bc && pip --version'
 	check sh -c 'pulseaudio --version && pactl --version'
-	check sh -c 'command -v totem && ls /usr/share/applications/org.gnome.Totem.desktop'
+	check totem --version
 	check sh -c 'xdg-mime query default video/mp4 | grep -Fx org.gnome.Totem.desktop'
 	check sh -c 'test "$(date +%Z)" != UTC && date +%Z && cat /etc/timezone'
 	# Each schema a grader reads, and the key it reads.
