@@ -370,6 +370,11 @@ class Runner:
                 try:
                     score = env.evaluate()  # postconfig already played
                     rec["score"] = float(score)
+                    # A getter that met an error answer returns None and
+                    # the metric 0: keep what deskfarm answered.
+                    errs = self.routes.take()
+                    if errs:
+                        rec["grader_route_errors"] = errs
                 except Exception as e:  # noqa: BLE001
                     errs = self.routes.take()
                     rec.update(score=None, grader_error=repr(e)[:500], route_errors=errs,
@@ -431,7 +436,22 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=240, help="seconds per task")
     ap.add_argument("--cache-dir", default=os.path.join(os.getcwd(), "osworld-cache"))
     ap.add_argument("--classify-only", action="store_true", help="scan the tasks; run none")
+    ap.add_argument("--skip", action="append", default=[], help="a report whose run tasks are not run again")
+    ap.add_argument("--summary", action="append", default=[], help="print the table of these reports; run nothing")
     a = ap.parse_args(argv)
+    if a.summary:
+        recs = {}
+        for p in a.summary:
+            for r in read_report(p):
+                if r["id"] not in recs or "seconds" in r:
+                    recs[r["id"]] = r
+        print(summary(list(recs.values())))
+        print_untouched(recs.values())
+        return 0
+    done = {r["id"] for p in a.skip for r in read_report(p) if "seconds" in r}
+    # SIGTERM (a timeout around the run) ends it through the finally below,
+    # which ends the episode.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for noisy in ("desktopenv.setup", "desktopenv.pycontroller", "desktopenv.getters", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -445,6 +465,8 @@ def main(argv=None):
     for domain, t in tasks:
         needs = network_needs(t)
         off = setup_offline(needs)
+        if t["id"] in done:
+            continue
         if not off or a.classify_only or (a.per_domain and ran[domain] >= a.per_domain):
             r = {"id": t["id"], "domain": domain, "feasible": feasible(t), "func": t["evaluator"].get("func"),
                  "offline": off, "network_needs": needs[:5]}
@@ -491,12 +513,21 @@ def main(argv=None):
         if env is not None:
             env.close()
     print(summary(records))
+    print_untouched(records)
+    return 0
+
+
+def read_report(path):
+    with open(path) as f:
+        return [r for r in map(json.loads, f) if "id" in r]
+
+
+def print_untouched(records):
     untouched = [r for r in records if r.get("passes_untouched")]
     if untouched:
         print("\npasses untouched:")
-        for r in untouched:
+        for r in sorted(untouched, key=lambda r: (r["domain"], r["id"])):
             print("- %s/%s score %s, grader %s" % (r["domain"], r["id"], r["score"], json.dumps(r["grader"]["func"])))
-    return 0
 
 
 if __name__ == "__main__":
