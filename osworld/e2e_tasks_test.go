@@ -3,21 +3,14 @@ package osworld_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
 
-	"github.com/deskfarm/deskfarm/desk"
 	"github.com/deskfarm/deskfarm/internal/testenv"
-	"github.com/deskfarm/deskfarm/osworld"
-	"github.com/deskfarm/deskfarm/pool"
-	"github.com/deskfarm/deskfarm/web"
 )
 
 // defaultOSWorldSrc is where the host keeps an OSWorld checkout
@@ -40,18 +33,7 @@ func TestE2EOSWorldTasksRunner(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import requests_toolbelt, openpyxl, lxml.cssselect, pandas").Run(); err != nil {
 		testenv.Unavailable(t, "OSWorld's evaluator imports are not installed (scripts/setup-host.sh)")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	desks := desk.NewPool(m, log)
-	pools, err := pool.New(ctx, m, pool.DefaultConfig("", 0), pool.Options{StateDir: t.TempDir(), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports := &osworld.Ports{Farm: m, Desks: desks, Log: log}
-	done := make(chan error, 1)
-	go func() { done <- ports.Run(ctx) }()
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: desks, Pools: pools, Logger: log, OSWorldAddress: ports.Address}))
-	t.Cleanup(func() { srv.Close(); pools.Close(); cancel(); <-done; desks.Close() })
+	ctx, srv := osworldFarm(t, m)
 
 	const maxVolume = "28cc3b7e-b194-4bc9-8353-d04c0f4d56d2" // exact_match of pactl's volume with "100\n"
 	const utc = "b6781586-6346-41cd-935a-a6b1487918fc"       // is_utc_0 over timedatectl
