@@ -132,8 +132,10 @@ class MissingModule(ImportError):
         self.module = module
 
 
-class TaskTimeout(Exception):
-    pass
+class TaskTimeout(BaseException):
+    """Raised by the per-task alarm. A BaseException, so that OSWorld's
+    `except Exception` retry loops (getters retry 3 times, 5 s apart) do
+    not swallow it and run on past the timeout."""
 
 
 def attribute(exc, route_errors, missing_in_guest):
@@ -308,6 +310,7 @@ class Runner:
         """Play steps one at a time through OSWorld's SetupController; on
         the first that raises or meets a route error, record it and stop."""
         for i, step in enumerate(steps):
+            rec["running"] = "%s step %d (%s)" % (phase, i + 1, step.get("type"))
             self.routes.take()
             exc = None
             try:
@@ -367,6 +370,7 @@ class Runner:
                 if not self._steps(post, "postconfig", rec):
                     return rec
                 self.routes.take()
+                rec["running"] = "grader"
                 try:
                     score = env.evaluate()  # postconfig already played
                     rec["score"] = float(score)
@@ -383,10 +387,11 @@ class Runner:
                         rec["missing_module"] = missing_module(e)
                     return rec
         except TaskTimeout as e:
-            rec.update(fault="timeout", error=str(e))
+            rec.update(fault="timeout", error="%s, in %s" % (e, rec.get("running")))
             rec.setdefault("setup_ok", None)
             return rec
         finally:
+            rec.pop("running", None)
             rec["seconds"] = round(time.monotonic() - start, 1)
         rec["passes_untouched"] = bool(rec["feasible"] and rec["score"] > 0)
         if rec["passes_untouched"]:
@@ -477,6 +482,7 @@ def main(argv=None):
         ran[domain] += 1
         todo.append((domain, t))
 
+    todo = round_robin(todo)
     env = None
     if todo:
         sys.path.insert(0, os.path.abspath(a.osworld))
@@ -515,6 +521,20 @@ def main(argv=None):
     print(summary(records))
     print_untouched(records)
     return 0
+
+
+def round_robin(todo):
+    """todo interleaved by domain (one task of each domain in turn), so a
+    run cut short has covered every domain a little."""
+    by = collections.OrderedDict()
+    for domain, t in todo:
+        by.setdefault(domain, []).append((domain, t))
+    out = []
+    while any(by.values()):
+        for q in by.values():
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def read_report(path):
