@@ -15,6 +15,7 @@ import (
 	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/osworld"
 	"github.com/deskfarm/deskfarm/pool"
+	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/web"
 )
 
@@ -47,20 +48,7 @@ func TestE2EOSWorldProviderAgainstFarm(t *testing.T) {
 	if err := exec.Command("python3", "-c", "import requests").Run(); err != nil {
 		testenv.Unavailable(t, "no python3-requests (scripts/setup-host.sh)")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	desks := desk.NewPool(m, log)
-	cfg := pool.DefaultConfig("", 0)
-	pools, err := pool.New(ctx, m, cfg, pool.Options{StateDir: t.TempDir(), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports := &osworld.Ports{Farm: m, Desks: desks, Log: log}
-	done := make(chan error, 1)
-	go func() { done <- ports.Run(ctx) }()
-	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: desks, Pools: pools, Logger: log, OSWorldAddress: ports.Address}))
-	t.Cleanup(func() { srv.Close(); pools.Close(); cancel(); <-done; desks.Close() })
-
+	ctx, srv := osworldFarm(t, m)
 	_, file, _, _ := runtime.Caller(0)
 	pyDir := filepath.Join(filepath.Dir(file), "..", "python")
 	cmd := exec.CommandContext(ctx, "python3", "-c", providerScript, pyDir)
@@ -73,4 +61,23 @@ func TestE2EOSWorldProviderAgainstFarm(t *testing.T) {
 		t.Fatalf("provider output:\n%s", out)
 	}
 	t.Logf("%s", out)
+}
+
+// osworldFarm serves deskfarm's API on m, with the default config's pool
+// osworld (none warm) and the per-VM OSWorld ports, until the test ends.
+func osworldFarm(t *testing.T, m *vmm.Manager) (context.Context, *httptest.Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	desks := desk.NewPool(m, log)
+	pools, err := pool.New(ctx, m, pool.DefaultConfig("", 0), pool.Options{StateDir: t.TempDir(), Log: log})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	ports := &osworld.Ports{Farm: m, Desks: desks, Log: log}
+	done := make(chan error, 1)
+	go func() { done <- ports.Run(ctx) }()
+	srv := httptest.NewServer(web.NewServer(m, web.Options{Desks: desks, Pools: pools, Logger: log, OSWorldAddress: ports.Address}))
+	t.Cleanup(func() { srv.Close(); pools.Close(); cancel(); <-done; desks.Close() })
+	return ctx, srv
 }

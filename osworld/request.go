@@ -27,8 +27,35 @@ type command struct {
 
 type commandBody struct {
 	Command json.RawMessage `json:"command"`
-	Shell   bool            `json:"shell"`
+	Shell   pyTruth         `json:"shell"`
 	Timeout *float64        `json:"timeout"`
+}
+
+// pyTruth is a JSON value read as Python's bool() of it, as OSWorld's
+// server passes data.get("shell") straight to subprocess: five tasks send
+// "shell": "true" (a string, so true), and "false" as a string is true too.
+type pyTruth bool
+
+func (t *pyTruth) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case nil:
+		*t = false
+	case bool:
+		*t = pyTruth(v)
+	case float64:
+		*t = v != 0
+	case string:
+		*t = v != ""
+	case []any:
+		*t = len(v) > 0
+	case map[string]any:
+		*t = len(v) > 0
+	}
+	return nil
 }
 
 // parseCommand reads a command body as OSWorld's server does: a string with
@@ -61,7 +88,7 @@ func parseCommand(body []byte, home string) (command, error) {
 	if b.Timeout != nil {
 		c.Timeout = *b.Timeout
 	}
-	if isStr && !b.Shell {
+	if isStr && !bool(b.Shell) {
 		var err error
 		if list, err = shlexSplit(str); err != nil {
 			return command{}, fmt.Errorf("%w: command: %w", ErrBadRequest, err)
@@ -82,7 +109,7 @@ func parseCommand(body []byte, home string) (command, error) {
 	if len(list) == 0 {
 		return command{}, fmt.Errorf("%w: empty command", ErrBadRequest)
 	}
-	if b.Shell {
+	if bool(b.Shell) {
 		c.Argv = append([]string{"/bin/sh", "-c"}, list...)
 		c.Text = fmt.Sprint(pyList(list))
 		return c, nil

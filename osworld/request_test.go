@@ -68,3 +68,21 @@ func TestParseWindows(t *testing.T) {
 		t.Errorf("xdotool listing %q", got)
 	}
 }
+
+// TestParseCommandShellTruthiness: OSWorld's server hands "shell" to
+// subprocess as it came, so a task's "shell": "true" (multi_apps/2373b66a
+// and four more) runs under sh; deskfarm answered 500 to it before.
+func TestParseCommandShellTruthiness(t *testing.T) {
+	for shell, want := range map[string]bool{
+		`"true"`: true, `"false"`: true, `""`: false, `1`: true, `0`: false, `null`: false, `true`: true, `false`: false,
+	} {
+		c, err := parseCommand([]byte(`{"command": "echo a && echo b", "shell": `+shell+`}`), "/home/user")
+		if err != nil {
+			t.Errorf("shell %s: %v", shell, err)
+			continue
+		}
+		if got := c.Argv[0] == "/bin/sh"; got != want {
+			t.Errorf("shell %s: argv %q, under sh %v; want %v", shell, c.Argv, got, want)
+		}
+	}
+}
