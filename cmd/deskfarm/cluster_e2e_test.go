@@ -87,7 +87,7 @@ func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
 	cf := &clusterFarm{cp: cp, ns: ns}
 	for i, n := range nets {
 		node := string(rune('a' + i))
-		a := &clusterAgent{node: node, ns: n, log: &testbuf.Buffer{}, state: "/var/lib/deskfarm-test-cluster-" + node}
+		a := &clusterAgent{node: node, ns: n, log: &testbuf.Buffer{}, state: "/var/lib/deskfarm-test-cluster-" + netns[i]}
 		farmproc.Purge(ctx, a.state)
 		listen := n.IP + ":8080"
 		a.baseURL = "http://" + listen
@@ -95,7 +95,7 @@ func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
 			Bin: bin, StateDir: a.state, Listen: listen, Log: a.log, Prefix: []string{"ip", "netns", "exec", n.Name},
 			Args: []string{"--kubeconfig", cp.Kubeconfig, "--node", node, "--advertise", a.baseURL,
 				"--namespace", ns, "--node-lease", clusterLease.String(), "--cluster-token-file", keyFile,
-				"--token", clusterToken, "--viewer-token", clusterViewer},
+				"--token", clusterToken, "--viewer-token", clusterViewer, "--ksm=false"},
 		})
 		if err != nil {
 			t.Fatalf("agent %s: %v\n%s", node, err, a.log)
