@@ -46,6 +46,11 @@ type ForkRequest struct {
 	// TTLS is each new episode's lease in seconds; 0 or absent means the
 	// pool's default_ttl_s.
 	TTLS float64 `json:"ttl_s,omitempty"`
+	// Spread, on a cluster agent, places the new desktops evenly over the
+	// live nodes with room (the source's node among them) instead of on
+	// the source's node first. Without it a fork goes to other nodes only
+	// for what the source's node has no room for.
+	Spread bool `json:"spread,omitempty"`
 }
 
 // MaxFork bounds ForkRequest.Count.
@@ -59,6 +64,23 @@ type ForkResponse struct {
 	Episodes []Episode `json:"episodes"`
 	// ForkMS is how long the whole fork took.
 	ForkMS int64 `json:"fork_ms"`
+	// TemplateBytes is, for a fork across nodes, the size of the fork
+	// template (overlay with RAM and device state) each Transfer sent.
+	TemplateBytes int64 `json:"template_bytes,omitempty"`
+	// Transfers are, on a cluster, the fork template's trips to other
+	// nodes: one per node that took a share, whatever its share.
+	Transfers []ForkTransfer `json:"transfers,omitempty"`
+}
+
+// ForkTransfer is one node's share of a fork across a cluster: the
+// template sent to it once, and the desktops it made from it.
+type ForkTransfer struct {
+	Node  string `json:"node"`
+	Count int    `json:"count"`
+	// Bytes of the template sent to the node, and how long the node took
+	// from the first byte to its answer (receive, check, make its share).
+	Bytes int64 `json:"bytes"`
+	MS    int64 `json:"ms"`
 }
 
 // Snapshot and fork error codes.

@@ -46,7 +46,12 @@ func (c *Client) DeleteSnapshot(ctx context.Context, t Target, name string) erro
 // each new episode's lease in seconds (0: the pool's default). A fork that
 // does not fit is refused whole, saying how many would.
 func (c *Client) Fork(ctx context.Context, episode string, count int, ttlS float64) (api.ForkResponse, error) {
+	return c.ForkWith(ctx, episode, api.ForkRequest{Count: count, TTLS: ttlS})
+}
+
+// ForkWith is Fork with every option of the request (Spread).
+func (c *Client) ForkWith(ctx context.Context, episode string, req api.ForkRequest) (api.ForkResponse, error) {
 	var res api.ForkResponse
-	err := c.call(ctx, http.MethodPost, Episode(episode).path("fork"), api.ForkRequest{Count: count, TTLS: ttlS}, &res)
+	err := c.call(ctx, http.MethodPost, Episode(episode).path("fork"), req, &res)
 	return res, err
 }

@@ -37,7 +37,54 @@ func (m *Manager) Fork(ctx context.Context, episodeID string, n int, ttl time.Du
 	if err != nil {
 		return nil, fmt.Errorf("fork: %w", err)
 	}
-	p, ttl, err := m.startPool(src.Pool, ttl)
+	return m.forkInto(callCtx, src.Pool, n, ttl, episodeID, vm, vmm.ForkOptions{Count: n})
+}
+
+// ForkFrom starts n new episodes of pool poolName, each leasing a VM that
+// vmm makes from the fork template t (made here by vmm's ExportFork or
+// received from another node by its ImportFork), as Fork does from an
+// episode: the same room in the pool, admission, leases and undo. t
+// stays for its owner to remove.
+func (m *Manager) ForkFrom(ctx context.Context, poolName string, t *vmm.ForkTemplate, n int, ttl time.Duration) ([]Episode, error) {
+	if n < 1 || n > vmm.MaxFork {
+		return nil, fmt.Errorf("fork from a template: %w",
+			fielderr.Newf("count", vmm.ErrInvalid, "must be in [1, %d], got %d", vmm.MaxFork, n))
+	}
+	return m.forkInto(ctx, poolName, n, ttl, "template of vm "+t.Info.Source, "", vmm.ForkOptions{Count: n, Template: t})
+}
+
+// ForkRoom is how many new VMs a fork into pool poolName could have now:
+// its room under its max, counting its unleased warm VMs as room (as a
+// fork counts them, reserveFork).
+func (m *Manager) ForkRoom(poolName string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[poolName]
+	if !ok {
+		return 0, fmt.Errorf("pool %q: %w", poolName, ErrUnknownPool)
+	}
+	room, spares := m.forkRoomLocked(p)
+	return max(room, 0) + len(spares), nil
+}
+
+// forkRoomLocked is p's room under its max and its unleased warm VMs.
+func (m *Manager) forkRoomLocked(p *poolRT) (int, []*member) {
+	c := m.countLocked(p.cfg.Name)
+	room := p.cfg.Max - (c.total - c.dying)
+	var spares []*member
+	for _, mb := range m.members {
+		if mb.pool == p.cfg.Name && mb.state == stWarm && !mb.reserved {
+			spares = append(spares, mb)
+		}
+	}
+	return room, spares
+}
+
+// forkInto is a fork of n new episodes of pool poolName from source (an
+// episode, or a template), whose VM vm (or none) vmm forks with opts.
+func (m *Manager) forkInto(ctx context.Context, poolName string, n int, ttl time.Duration, source, vm string, opts vmm.ForkOptions) ([]Episode, error) {
+	episodeID := source
+	p, ttl, err := m.startPool(poolName, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("fork episode %s: %w", episodeID, err)
 	}
@@ -47,7 +94,8 @@ func (m *Manager) Fork(ctx context.Context, episodeID string, n int, ttl time.Du
 	}
 	start := time.Now()
 	m.log.Debug("pool fork started", "op", "fork", "episode", episodeID, "vm", vm, "pool", p.cfg.Name, "count", n)
-	vms, err := m.vms.Fork(callCtx, vm, vmm.ForkOptions{Count: n, Labels: map[string]string{LabelPool: p.cfg.Name}})
+	opts.Labels = map[string]string{LabelPool: p.cfg.Name}
+	vms, err := m.vms.Fork(ctx, vm, opts)
 	took := time.Since(start)
 	if err == nil && len(vms) != n {
 		err = fmt.Errorf("vmm forked %d vms of %d asked", len(vms), n)
@@ -57,7 +105,7 @@ func (m *Manager) Fork(ctx context.Context, episodeID string, n int, ttl time.Du
 		for _, mb := range mbs {
 			m.bootFailed(mb, "fork")
 		}
-		if callCtx.Err() == nil {
+		if ctx.Err() == nil {
 			m.met.failures.WithLabelValues(p.cfg.Name, "fork").Inc()
 		}
 		if errors.Is(err, vmm.ErrInsufficientResources) {
@@ -110,13 +158,7 @@ func (m *Manager) reserveFork(p *poolRT, n int) ([]*member, error) {
 		return nil, err
 	}
 	c := m.countLocked(p.cfg.Name)
-	room := p.cfg.Max - (c.total - c.dying)
-	var spares []*member
-	for _, mb := range m.members {
-		if mb.pool == p.cfg.Name && mb.state == stWarm && !mb.reserved {
-			spares = append(spares, mb)
-		}
-	}
+	room, spares := m.forkRoomLocked(p)
 	if fits := max(room, 0) + len(spares); n > fits {
 		m.met.refused.WithLabelValues(p.cfg.Name, "pool_full").Inc()
 		m.mu.Unlock()

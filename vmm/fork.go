@@ -41,30 +41,20 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 	if err := ValidateLabels(opts.Labels); err != nil {
 		return nil, err
 	}
+	if opts.Template != nil {
+		return m.forkFrom(ctx, opts.Template, opts)
+	}
 	start := time.Now()
 	src, err := m.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	img, err := m.cfg.Images.Resolve(src.spec.Image)
+	img, err := m.forkImage(src.spec)
 	if err != nil {
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
-	if img.Hash != src.spec.ImageHash {
-		// The copy's overlay backs onto the source's base image; the one
-		// built since is another disk.
-		return nil, fmt.Errorf("fork vm %s: image %s was rebuilt since the vm was made (%s, now %s): %w",
-			id, img.Name, src.spec.ImageHash, img.Hash, ErrBrokenImage)
-	}
-	copts := CreateOptions{Image: src.spec.Image, MemoryMiB: src.spec.MemoryMiB, VCPUs: src.spec.VCPUs,
-		Width: src.spec.Width, Height: src.spec.Height, Labels: opts.Labels, Network: src.spec.Network}
-	mcs := make([]*machine, opts.Count)
-	for i := range mcs {
-		mcs[i] = m.forkMachine(src, opts.Labels)
-		// Locked before they are visible, as Create does.
-		mcs[i].op.Lock()
-		defer mcs[i].op.Unlock()
-	}
+	mcs, unlock := m.forkMachines(src.spec, opts)
+	defer unlock()
 	if err := m.admitAll(mcs); err != nil {
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
@@ -75,11 +65,55 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 	}
 	defer os.Remove(tmpl)
 	copied := time.Since(start)
+	vms, err := m.makeForks(ctx, mcs, img, src.spec, tmpl, snap, true, id)
+	if err != nil {
+		return nil, fmt.Errorf("fork vm %s: %w", id, err)
+	}
+	m.log.Info("vm forked", "vm", id, "op", "fork", "count", len(mcs), "duration", time.Since(start).Round(time.Millisecond),
+		"source_paused_and_copied", copied.Round(time.Millisecond))
+	return vms, nil
+}
 
+// forkImage is the base image a fork of a VM of spec backs onto: the one
+// the VM was made from, refused if it was rebuilt since.
+func (m *Manager) forkImage(spec machineSpec) (BaseImage, error) {
+	img, err := m.cfg.Images.Resolve(spec.Image)
+	if err != nil {
+		return BaseImage{}, err
+	}
+	if img.Hash != spec.ImageHash {
+		// The copy's overlay backs onto the base image the source had; the
+		// one built since is another disk.
+		return BaseImage{}, fmt.Errorf("image %s was rebuilt since the vm was made (%s, now %s): %w",
+			img.Name, spec.ImageHash, img.Hash, ErrBrokenImage)
+	}
+	return img, nil
+}
+
+// forkMachines are the records of opts.Count new VMs like spec, op-locked
+// before they are visible (as Create does) until unlock.
+func (m *Manager) forkMachines(spec machineSpec, opts ForkOptions) ([]*machine, func()) {
+	mcs := make([]*machine, opts.Count)
+	for i := range mcs {
+		mcs[i] = m.forkMachine(spec, opts.Labels)
+		mcs[i].op.Lock()
+	}
+	return mcs, func() {
+		for _, mc := range mcs {
+			mc.op.Unlock()
+		}
+	}
+}
+
+// makeForks makes the admitted mcs from the fork template tmpl holding the
+// transfer snapshot snap. With take, the last fork takes tmpl itself once
+// the others' copies are done (a fork of one copies nothing more); without
+// it every fork copies and tmpl stays. On error none is left.
+func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, spec machineSpec, tmpl, snap string, take bool, source string) ([]VM, error) {
+	copts := CreateOptions{Image: spec.Image, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs,
+		Width: spec.Width, Height: spec.Height, Network: spec.Network}
 	errs := make([]error, len(mcs))
 	var wg sync.WaitGroup
-	// Every fork but the last copies the template; the last takes it,
-	// once the others' copies are done: a fork of one copies nothing more.
 	copies := &sync.WaitGroup{}
 	copies.Add(len(mcs) - 1)
 	for i, mc := range mcs {
@@ -89,10 +123,10 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 			c := m.newCreation(mc, img, copts, tmpl)
 			// QEMU starts paused, as from saved state.
 			c.fromSaved = true
-			c.log.Info("creating vm", "op", "fork", "source", id, "image", img.Name)
-			last := i == len(mcs)-1
+			c.log.Info("creating vm", "op", "fork", "source", source, "image", img.Name)
+			last := take && i == len(mcs)-1
 			copied := func() {}
-			if !last {
+			if i != len(mcs)-1 {
 				// Once, whether or not the copy ran: the last waits.
 				copied = sync.OnceFunc(copies.Done)
 				defer copied()
@@ -111,15 +145,13 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 				m.removeFork(mc)
 			}
 		}
-		return nil, fmt.Errorf("fork vm %s: %w", id, err)
+		return nil, err
 	}
 	vms := make([]VM, len(mcs))
 	for i, mc := range mcs {
 		m.publish(EventReady, mc, "")
 		vms[i] = mc.describe()
 	}
-	m.log.Info("vm forked", "vm", id, "op", "fork", "count", len(mcs), "duration", time.Since(start).Round(time.Millisecond),
-		"source_paused_and_copied", copied.Round(time.Millisecond))
 	return vms, nil
 }
 
@@ -131,12 +163,12 @@ func (m *Manager) removeForkTemplates() error {
 	return nil
 }
 
-// forkMachine is the record of a new VM like src.
-func (m *Manager) forkMachine(src *machine, labels map[string]string) *machine {
+// forkMachine is the record of a new VM like one of spec src.
+func (m *Manager) forkMachine(src machineSpec, labels map[string]string) *machine {
 	id := newID()
-	spec := src.spec
+	spec := src
 	spec.ID, spec.Dir, spec.Created, spec.Start = id, m.vmDir(id), time.Now().UTC().Truncate(time.Second), StartFork
-	spec.Forwards = ForkForwards(src.spec.Forwards)
+	spec.Forwards = ForkForwards(src.Forwards)
 	var ls []label
 	for k, v := range labels {
 		ls = setLabel(ls, k, v)

@@ -340,6 +340,11 @@ type ForkOptions struct {
 	Count int
 	// Labels are set on every new VM (the pool's LabelPool).
 	Labels map[string]string
+	// Template, when set, is the state the new VMs start from instead of
+	// the VM Fork names (which is then ignored): one ExportFork made here
+	// or ImportFork received from another node. Every fork copies it; it
+	// stays for its owner to Remove.
+	Template *ForkTemplate
 }
 
 // MaxFork bounds ForkOptions.Count.

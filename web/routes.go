@@ -233,7 +233,10 @@ func (s *server) routes() []route {
 		// Another agent's claim of a desktop of this node (cluster.go);
 		// a single host has no such route (404).
 		rows = append(rows, route{method: "POST", path: "/v1/cluster/bind", op: "cluster_bind",
-			policy: policy{access: accessCluster, body: bodyJSON}, h: s.clusterBind})
+			policy: policy{access: accessCluster, body: bodyJSON}, h: s.clusterBind},
+			// Another node's share of a fork: the template (forks.go).
+			route{method: "POST", path: "/v1/cluster/fork", op: "cluster_fork",
+				policy: policy{access: accessCluster, body: bodyOctet}, h: s.clusterFork})
 	}
 	return rows
 }

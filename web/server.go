@@ -130,6 +130,7 @@ type server struct {
 	clusterToken   string
 	advertise      string
 	proxyTransport *http.Transport
+	forkTransport  *http.Transport // forks.go
 }
 
 // apiHandler is a handler that returns its error for the wrapper to send.
@@ -150,6 +151,9 @@ func newServer(farm vmm.Farm, opts Options) *server {
 		cluster: opts.Cluster, clusterToken: opts.ClusterToken, advertise: opts.AdvertiseURL, traj: opts.Trajectories}
 	if s.cluster != nil {
 		s.proxyTransport = newProxyTransport()
+		// A fork share's node admits it before the template is sent.
+		s.forkTransport = newProxyTransport()
+		s.forkTransport.ExpectContinueTimeout = forkContinueTimeout
 	}
 	if s.log == nil {
 		s.log = slog.Default()

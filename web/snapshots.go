@@ -122,6 +122,20 @@ func (s *server) forkEpisode(w http.ResponseWriter, r *http.Request) error {
 		return invalidf("ttl_s", "must be positive, got %g", body.TTLS)
 	}
 	id := r.PathValue("id")
+	if src, err := s.pools.Get(id); err == nil && s.cluster != nil {
+		plan, across, err := s.crossNodeFork(src.Pool, body) // forks.go
+		if err != nil {
+			return err
+		}
+		if across {
+			out, err := s.forkAcross(r, id, body, plan)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, out)
+			return nil
+		}
+	}
 	start := time.Now()
 	eps, err := s.pools.Fork(r.Context(), id, body.Count, time.Duration(body.TTLS*float64(time.Second)))
 	if err != nil {

@@ -55,16 +55,27 @@ type clusterFarm struct {
 
 func startCluster(t *testing.T) *clusterFarm {
 	t.Helper()
-	testenv.RequireVM(t, "tiny")
-	ctx := context.Background()
-	nets := []*kubetest.Netns{kubetest.NetNS(t, "dfa"), kubetest.NetNS(t, "dfb"), kubetest.NetNS(t, "dfc")}
-	cp := kubetest.Start(t, kubetest.Options{Host: kubetest.BridgeIP})
-	cp.InstallCRDs(t)
-	ns := cp.Namespace(t)
 	pool, err := os.ReadFile("../../deploy/kubernetes/examples/pool-tiny.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startClusterOf(t, []string{"dfa", "dfb", "dfc"}, pool)
+}
+
+// startClusterOf starts one agent per network namespace name (nodes a,
+// b, ...) with the DesktopPool manifest pool applied, and waits for one
+// free desktop on each.
+func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
+	t.Helper()
+	testenv.RequireVM(t, "tiny")
+	ctx := context.Background()
+	var nets []*kubetest.Netns
+	for _, n := range netns {
+		nets = append(nets, kubetest.NetNS(t, n))
+	}
+	cp := kubetest.Start(t, kubetest.Options{Host: kubetest.BridgeIP})
+	cp.InstallCRDs(t)
+	ns := cp.Namespace(t)
 	// The example names namespace deskfarm; the test's own is fresh.
 	applyYAML(t, cp, ns, bytes.ReplaceAll(pool, []byte("  namespace: deskfarm\n"), nil))
 	bin, err := farmproc.Build(ctx, t.TempDir())
@@ -76,7 +87,7 @@ func startCluster(t *testing.T) *clusterFarm {
 	cf := &clusterFarm{cp: cp, ns: ns}
 	for i, n := range nets {
 		node := string(rune('a' + i))
-		a := &clusterAgent{node: node, ns: n, log: &testbuf.Buffer{}, state: "/var/lib/deskfarm-test-cluster-" + node}
+		a := &clusterAgent{node: node, ns: n, log: &testbuf.Buffer{}, state: "/var/lib/deskfarm-test-cluster-" + netns[i]}
 		farmproc.Purge(ctx, a.state)
 		listen := n.IP + ":8080"
 		a.baseURL = "http://" + listen
@@ -84,7 +95,7 @@ func startCluster(t *testing.T) *clusterFarm {
 			Bin: bin, StateDir: a.state, Listen: listen, Log: a.log, Prefix: []string{"ip", "netns", "exec", n.Name},
 			Args: []string{"--kubeconfig", cp.Kubeconfig, "--node", node, "--advertise", a.baseURL,
 				"--namespace", ns, "--node-lease", clusterLease.String(), "--cluster-token-file", keyFile,
-				"--token", clusterToken, "--viewer-token", clusterViewer},
+				"--token", clusterToken, "--viewer-token", clusterViewer, "--ksm=false"},
 		})
 		if err != nil {
 			t.Fatalf("agent %s: %v\n%s", node, err, a.log)
@@ -111,7 +122,11 @@ func startCluster(t *testing.T) *clusterFarm {
 			os.RemoveAll(a.state)
 		}
 	})
-	cf.waitFree(t, map[string]int{"a": 1, "b": 1, "c": 1}, 3*time.Minute)
+	want := map[string]int{}
+	for _, a := range cf.agents {
+		want[a.node] = 1
+	}
+	cf.waitFree(t, want, 3*time.Minute)
 	return cf
 }
 
