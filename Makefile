@@ -12,7 +12,7 @@ GO_TEST_TIMEOUT ?= 75m
 SOAK_DURATION ?= 20m
 SOAK_PARALLEL ?= 2
 
-.PHONY: run test setup build images unit e2e vet bench soak clean novnc kube
+.PHONY: run test setup build images unit e2e vet bench soak clean novnc kube osworld-tasks
 
 # Where the osworld image is built (make test builds it, or
 # `make run IMAGES="desktop osworld"`), its pool keeps one VM warm too: made
@@ -75,6 +75,20 @@ bench: setup build
 soak: setup build
 	$(BIN) image build tiny
 	go run ./bench/soak -duration $(SOAK_DURATION) -parallel $(SOAK_PARALLEL)
+
+# OSWorld's own tasks set up and graded untouched (python/osworld_tasks.py,
+# docs/osworld.md) against a running farm (make run's, by default), with
+# OSWORLD naming a checkout of OSWorld (desktop_env/ and
+# evaluation_examples/; GitHub is not reachable from CI, so no test fetches
+# one). Its host packages come from Debian (setup-host.sh osworld-tasks).
+OSWORLD ?=
+DESKFARM_URL ?= http://$(LISTEN)
+OSWORLD_TASKS_ARGS ?= --per-domain 4
+osworld-tasks:
+	@test -n "$(OSWORLD)" || { echo "make osworld-tasks: set OSWORLD=DIR, a checkout of OSWorld" >&2; exit 2; }
+	@scripts/setup-host.sh osworld-tasks
+	DESKFARM_URL=$(DESKFARM_URL) /usr/bin/python3 python/osworld_tasks.py --osworld $(OSWORLD) \
+		--out bin/osworld-tasks.jsonl $(OSWORLD_TASKS_ARGS)
 
 clean:
 	rm -rf bin

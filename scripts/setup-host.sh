@@ -23,16 +23,20 @@ pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 	ffmpeg python3 python3-requests
 	# OSWorld's web monitor (monitor/main.py of an OSWorld checkout) reads
 	# an exported trajectory in a test; it needs Flask and python-dotenv.
-	python3-flask python3-dotenv
-	# python/osworld_tasks.py imports OSWorld's SetupController, getters and
-	# metrics on the host; these are the Debian packages of their imports
-	# (the rest, e.g. playwright, python-pptx, are not in Debian and are
-	# stubbed and reported by the runner).
-	python3-requests-toolbelt python3-openpyxl python3-lxml python3-cssselect
-	python3-docx python3-odf python3-numpy python3-pandas python3-scipy
-	python3-skimage python3-opencv python3-fitz python3-bs4 python3-tldextract
-	python3-tz python3-pypdf python3-pypdf2 python3-mutagen python3-acoustid
-	python3-xmltodict python3-yaml)
+	python3-flask python3-dotenv)
+# `setup-host.sh osworld-tasks` (make osworld-tasks) adds what
+# python/osworld_tasks.py imports on the host with OSWorld's
+# SetupController, getters and metrics: the Debian packages of their
+# imports (the rest, e.g. playwright, python-pptx, are not in Debian and
+# are stubbed and reported by the runner). make run and make test need none
+# of them, so a fresh machine does not fetch them for the suite.
+if [ "${1:-}" = osworld-tasks ]; then
+	pkgs+=(python3-requests-toolbelt python3-openpyxl python3-lxml python3-cssselect
+		python3-docx python3-odf python3-numpy python3-pandas python3-scipy
+		python3-skimage python3-opencv python3-fitz python3-bs4 python3-tldextract
+		python3-tz python3-pypdf python3-pypdf2 python3-mutagen python3-acoustid
+		python3-xmltodict python3-yaml)
+fi
 # npm installs noVNC. A machine whose Node.js comes from elsewhere (e.g.
 # NodeSource, which bundles npm and conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)

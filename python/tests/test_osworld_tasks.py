@@ -1,7 +1,7 @@
 """Unit tests of osworld_tasks' classification (network detection, fault
 attribution) on OSWorld's own task JSONs (testdata/osworld_tasks, see its
-PROVENANCE.md). The runner against a real farm: osworld's
-TestE2EOSWorldTasksRunner. Run: python3 -m unittest discover -s python/tests
+PROVENANCE.md). The runner against a real farm: `make osworld-tasks OSWORLD=DIR`
+(docs/osworld.md). Run: python3 -m unittest discover -s python/tests
 """
 
 import json
