@@ -157,8 +157,8 @@ func TestE2EOSWorldImage(t *testing.T) {
 	// the profile named "Thomas". Not "delete data on exit": its getter
 	// asks only whether profile.default_content_setting_values exists, and
 	// Chromium 13x writes that key into every fresh profile itself
-	// (has_migrated_local_network_access, seen on Debian's chromium on the
-	// host and in this guest, 2026-12-02), so that task passes untouched
+	// (has_migrated_local_network_access, seen with Debian's chromium on
+	// the host; present in this guest's fresh profile), so that task passes untouched
 	// on any current Chromium or Chrome (docs/osworld-image.md).
 	prefs := `python -c "
 import json
