@@ -1,33 +1,47 @@
 // Package atspi owns reading a guest desktop's accessibility tree over
-// AT-SPI: a Python reader (a11y.py, pyatspi) that runs in the guest's
-// session as the desktop user, in the shapes its consumers answer with:
-// OSWorld's XML (/accessibility), Cua's JSON tree (get_accessibility_tree),
-// and the focused terminal's text (OSWorld's /terminal). One walk serves
-// them all, so the OSWorld and Cua routes see the same tree.
+// AT-SPI, in the shapes its consumers answer with: OSWorld's XML
+// (/accessibility), Cua's JSON tree (get_accessibility_tree) and the
+// focused terminal's text (OSWorld's /terminal). One walk serves them all,
+// so the OSWorld and Cua routes see the same tree.
 //
-// The reader travels on stdin (python3 - MODE): nothing is installed in the
-// guest, and a reset, which drops guest files, costs nothing. Images
-// without AT-SPI (the desktop image has no python3-pyatspi) exit with
-// ExitNoATSPI, which Output turns into ErrUnavailable.
+// The walk runs on the host, in Go (walk.go), and speaks D-Bus to the
+// guest's accessibility bus through the VM's accessibility port
+// (vmm.Farm.DialA11y), which a small relay in the guest joins to the bus
+// (relay.py, started through the guest agent for the walk and gone after
+// it). The guest's CPU, slow under TCG, then runs only the bus and the
+// applications' answers: an earlier Python walk in the guest spent 30-60 s
+// there on one tree (docs/benchmarks.md). Each application's tree comes in
+// one call where it keeps a cache (org.a11y.atspi.Cache.GetItems), and the
+// rest is asked many calls at a time.
+//
+// Images without AT-SPI (the desktop image has no at-spi2-core) answer
+// ErrUnavailable.
 package atspi
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/vmm"
 )
 
-// Script is the reader, run as Argv(mode) with Script on stdin.
-//
-//go:embed a11y.py
-var Script []byte
-
-// Mode is what the reader prints.
+// Mode is what a walk answers.
 type Mode string
 
-// The reader's modes.
+// The modes.
 const (
 	// ModeOSWorld is the tree as OSWorld's XML.
 	ModeOSWorld Mode = "tree"
@@ -40,34 +54,225 @@ const (
 	ModeTerminal Mode = "terminal"
 )
 
-// Argv is the command that runs the reader in mode, with Script on stdin.
-func Argv(m Mode) []string { return []string{"python3", "-", string(m)} }
-
-// ExitNoATSPI is the reader's exit status when pyatspi cannot be imported.
-const ExitNoATSPI = 3
-
-// Timeout bounds one walk: every node costs D-Bus round trips to its
-// application, which is slow in a TCG guest. 60 s is what OSWorld's route
-// has allowed since it was written; it is under Cua's client's 120 s
-// websocket timeout, so a Cua client hears why rather than timing out.
+// Timeout bounds one walk, relay start included. 60 s is what OSWorld's
+// route has allowed since it was written; it is under Cua's client's
+// 120 s websocket timeout, so a Cua client hears why rather than timing
+// out. A walk takes seconds (docs/benchmarks.md); an application that
+// hangs is cut after callTimeout, not the walk.
 const Timeout = 60 * time.Second
 
-// ErrUnavailable: the guest has no AT-SPI (no python3 or no pyatspi).
-var ErrUnavailable = errors.New("the guest has no AT-SPI accessibility (python3-pyatspi)")
+// ErrUnavailable: the guest has no AT-SPI accessibility bus.
+var ErrUnavailable = errors.New("the guest has no AT-SPI accessibility bus (at-spi2-core)")
 
-// Output reads one run of the reader: its stdout, ErrUnavailable for
-// ExitNoATSPI, or an error carrying the last line of its stderr (the
-// exception of a traceback).
-func Output(m Mode, exitCode int, stdout, stderr []byte) ([]byte, error) {
-	switch exitCode {
-	case 0:
-		return stdout, nil
-	case ExitNoATSPI:
-		return nil, fmt.Errorf("accessibility %s: %w", m, ErrUnavailable)
+// Guest is what a walk needs of the VM layer (a vmm.Farm has it).
+type Guest interface {
+	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
+	DialA11y(ctx context.Context, id string) (net.Conn, error)
+}
+
+//go:embed relay.py
+var relayScript []byte
+
+// portPath is the accessibility port in the guest (udev's name for it).
+const portPath = "/dev/virtio-ports/org.deskfarm.a11y.0"
+
+// Relay exit codes (relay.py).
+const (
+	exitNoBus   = 3
+	exitNoHost  = 4
+	maxHelloLen = 1 << 20 // bytes skipped before the hello: an earlier walk's leftovers
+)
+
+// Read walks vm's accessibility tree and renders it in mode m. Walks of one
+// VM take turns (the port takes one connection). Errors: ErrUnavailable
+// without an accessibility bus; vmm.ErrTimeout when the walk did not
+// finish within Timeout (or ctx's sooner deadline); the VM layer's.
+// Nothing is left running in the guest: the relay ends with the
+// connection, and is killed if it does not.
+func Read(ctx context.Context, g Guest, vm string, m Mode) ([]byte, error) {
+	switch m {
+	case ModeOSWorld, ModeCua, ModeTerminal:
+	default:
+		return nil, fmt.Errorf("accessibility mode %q: accepted modes are tree, cua, terminal", m)
 	}
-	msg := strings.TrimSpace(string(stderr))
+	ctx, cancel := context.WithTimeoutCause(ctx, Timeout, fmt.Errorf("the accessibility walk did not finish within %s: %w", Timeout, vmm.ErrTimeout))
+	defer cancel()
+	root, _, err := walkVM(ctx, g, vm, m)
+	if err != nil {
+		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
+			err = c
+		}
+		return nil, fmt.Errorf("accessibility %s of vm %s: %w", m, vm, err)
+	}
+	switch m {
+	case ModeOSWorld:
+		return XML(root), nil
+	case ModeCua:
+		return CuaJSON(root), nil
+	}
+	var text *string
+	if t := focusedTerminal(root); t != nil {
+		s := strings.TrimRight(t.Text, " \t\n\r\v\f")
+		text = &s
+	}
+	return TerminalJSON(text), nil
+}
+
+// walkVM connects to vm's port, starts the relay, and walks.
+func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, error) {
+	conn, err := g.DialA11y(ctx, vm)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	// The host must be connected before the relay starts: the guest reads
+	// end-of-file on a port no host holds.
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d) // a stalled guest cannot outlast the walk
+	}
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	nonce := hex.EncodeToString(nb[:])
+	req, err := guestx.Request(guestx.Cmd{Argv: []string{"python3", "-", nonce}, Stdin: relayScript, Timeout: Timeout})
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	// Root opens the port as fd 3, then guestx becomes the desktop user
+	// (the bus takes only its user's connections), keeping fd 3.
+	req.Argv = append([]string{"sh", "-c", `exec 3<>"$0" && exec "$@"`, portPath}, req.Argv...)
+	rctx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	relay := make(chan relayResult, 1)
+	go func() {
+		res, err := g.Exec(rctx, vm, req)
+		relay <- relayResult{res, err}
+	}()
+	defer func() {
+		conn.Close() // the relay reads end-of-file and exits
+		select {
+		case <-relay:
+		case <-time.After(5 * time.Second):
+			stopRelay() // Exec kills it
+			<-relay
+		}
+		stopRelay()
+	}()
+
+	hello := make(chan helloResult, 1)
+	go func() {
+		uid, err := readHello(byteReader{conn}, nonce)
+		hello <- helloResult{uid, err}
+	}()
+	var uid string
+	select {
+	case h := <-hello:
+		if h.err != nil {
+			return nil, Stats{}, relayFailed(relay, h.err)
+		}
+		uid = h.uid
+	case r := <-relay:
+		relay <- r // for the deferred wait
+		return nil, Stats{}, r.failure()
+	case <-ctx.Done():
+		return nil, Stats{}, ctx.Err()
+	}
+	bus, err := dbus.NewConn(conn)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	defer bus.Close()
+	if err := bus.Auth([]dbus.Auth{dbus.AuthExternal(uid)}); err != nil {
+		return nil, Stats{}, fmt.Errorf("authenticate on the accessibility bus: %w", err)
+	}
+	if err := bus.Hello(); err != nil {
+		return nil, Stats{}, fmt.Errorf("hello on the accessibility bus: %w", err)
+	}
+	return Walk(ctx, bus, m)
+}
+
+type relayResult struct {
+	res vmm.ExecResult
+	err error
+}
+
+type helloResult struct {
+	uid string
+	err error
+}
+
+// failure says why the relay ended before its hello.
+func (r relayResult) failure() error {
+	if r.err != nil {
+		return fmt.Errorf("start the relay in the guest: %w", r.err)
+	}
+	msg := strings.TrimSpace(string(r.res.Stderr))
 	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 		msg = msg[i+1:]
 	}
-	return nil, fmt.Errorf("accessibility %s: exit %d: %s", m, exitCode, msg)
+	switch r.res.ExitCode {
+	case exitNoBus:
+		return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+	case exitNoHost:
+		return fmt.Errorf("the relay found no host on the accessibility port: %s", msg)
+	case 127:
+		return fmt.Errorf("%w: no python3 in the guest", ErrUnavailable)
+	}
+	return fmt.Errorf("the relay in the guest exited %d: %s", r.res.ExitCode, msg)
+}
+
+// relayFailed is the error of a hello that did not come: the relay's own
+// reason when it has ended (it usually has), else err.
+func relayFailed(relay chan relayResult, err error) error {
+	select {
+	case r := <-relay:
+		relay <- r
+		return r.failure()
+	case <-time.After(2 * time.Second):
+		return fmt.Errorf("no hello from the relay in the guest: %w", err)
+	}
+}
+
+// readHello reads up to the relay's "DESKFARM-A11Y NONCE UID\n", skipping
+// what came before it (bytes an earlier relay left in the port), and
+// returns the uid the relay runs as. It reads byte by byte: the bus's
+// bytes follow and must stay in the stream for the D-Bus client.
+func readHello(r io.ByteReader, nonce string) (string, error) {
+	want := []byte("DESKFARM-A11Y " + nonce + " ")
+	var line []byte
+	skipped := 0
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return "", err
+		}
+		if b != '\n' {
+			line = append(line, b)
+			if len(line) <= len(want)+16 {
+				continue
+			}
+		}
+		if b == '\n' && bytes.HasPrefix(line, want) {
+			uid := string(line[len(want):])
+			if _, err := strconv.ParseUint(uid, 10, 32); err != nil {
+				return "", fmt.Errorf("relay hello: uid %q", uid)
+			}
+			return uid, nil
+		}
+		skipped += len(line) + 1
+		line = line[:0]
+		if skipped > maxHelloLen {
+			return "", fmt.Errorf("no relay hello in the first %d bytes of the port", maxHelloLen)
+		}
+	}
+}
+
+// byteReader reads one byte per Read: nothing past the hello is taken
+// from the stream.
+type byteReader struct{ r io.Reader }
+
+func (b byteReader) ReadByte() (byte, error) {
+	var p [1]byte
+	if _, err := io.ReadFull(b.r, p[:]); err != nil {
+		return 0, err
+	}
+	return p[0], nil
 }

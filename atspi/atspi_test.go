@@ -3,124 +3,89 @@ package atspi
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"io"
 	"strings"
 	"testing"
 )
 
-// stubPyatspi is the part of pyatspi's API the reader calls, answering a
-// desktop with one application, whose frame holds a push button on screen
-// and an off-screen label. Written by hand after pyatspi 2.46 (Debian
-// bookworm's python3-pyatspi): Accessible.name, childCount,
-// getChildAtIndex, getRoleName, getState().getStates() / contains(),
-// queryComponent().getExtents(XY_SCREEN), queryText(); unsupported
-// interfaces raise NotImplementedError.
-const stubPyatspi = `
-XY_SCREEN = 0
-STATE_SHOWING = "showing"
-STATE_FOCUSED = "focused"
-STATE_ACTIVE = "active"
-
-class _State:
-    def __init__(self, names): self.names = names
-    def getStates(self):
-        class S:
-            def __init__(self, n): self.value_nick = n
-        return [S(n) for n in self.names]
-    def contains(self, s): return s in self.names
-
-class _Acc:
-    def __init__(self, role, name, states=(), box=None, text=None, kids=()):
-        self.role, self.name, self.states, self.box, self.text, self.kids = role, name, list(states), box, text, list(kids)
-    @property
-    def childCount(self): return len(self.kids)
-    def getChildAtIndex(self, i): return self.kids[i]
-    def getRoleName(self): return self.role
-    def getState(self): return _State(self.states)
-    def get_attributes(self): return {}
-    def queryComponent(self):
-        if self.box is None: raise NotImplementedError
-        class C:
-            def __init__(s, b): s.b = b
-            def getExtents(s, _): return s.b
-        return C(self.box)
-    def queryText(self):
-        if self.text is None: raise NotImplementedError
-        class T:
-            def __init__(s, t): s.t, s.characterCount = t, len(t)
-            def getText(s, a, b): return s.t[a:b]
-        return T(self.text)
-    def _none(self): raise NotImplementedError
-    queryImage = querySelection = queryValue = queryAction = _none
-
-_desktop = _Acc("desktop frame", "main", kids=[
-    _Acc("application", "mousepad", kids=[
-        _Acc("frame", "Untitled", ["visible", "showing"], (10, 20, 640, 400), kids=[
-            _Acc("push button", "Save", ["visible", "showing", "focusable"], (30, 40, 80, 24)),
-            _Acc("label", "hidden", ["visible"], (0, 0, 5, 5), text="Grüße"),
-        ]),
-    ]),
-])
-
-class Registry:
-    @staticmethod
-    def getDesktop(i): return _desktop
-`
-
-// run runs the reader in mode with the stub (or, when stub is false,
-// without any pyatspi on its path).
-func run(t *testing.T, mode Mode, stub bool) (stdout, stderr []byte, code int) {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
+// The hello is found after what an earlier relay left on the port, and
+// nothing past it is read.
+func TestReadHello(t *testing.T) {
+	r := bytes.NewReader([]byte("l\x00\x01stale D-Bus bytes\nDESKFARM-A11Y 0123 1000\nAUTH"))
+	uid, err := readHello(r, "0123")
+	if err != nil || uid != "1000" {
+		t.Fatalf("uid %q, %v", uid, err)
 	}
-	dir := t.TempDir()
-	if stub {
-		if err := os.WriteFile(filepath.Join(dir, "pyatspi.py"), []byte(stubPyatspi), 0o644); err != nil {
-			t.Fatal(err)
+	if rest, _ := io.ReadAll(r); string(rest) != "AUTH" {
+		t.Fatalf("read past the hello: %q left", rest)
+	}
+	for name, in := range map[string]string{
+		"another walk's nonce": "DESKFARM-A11Y 9999 1000\n",
+		"a uid that is no number": "DESKFARM-A11Y 0123 root\n",
+		"endless garbage":        strings.Repeat("x", 2<<20),
+	} {
+		if uid, err := readHello(strings.NewReader(in), "0123"); err == nil {
+			t.Errorf("%s: uid %q, want an error", name, uid)
 		}
 	}
-	argv := Argv(mode)
-	cmd := exec.Command(argv[0], append([]string{"-I"}, argv[1:]...)...) // -I: no user site, no PYTHONPATH
-	if stub {
-		cmd = exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
-	}
-	cmd.Stdin = bytes.NewReader(Script)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-		return out.Bytes(), errb.Bytes(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes(), errb.Bytes(), 0
 }
 
-// Cua's mode answers the tree in Cua's node shape (role, title, position,
-// size, children), positions only for nodes on screen.
-func TestReaderCuaShape(t *testing.T) {
-	stdout, stderr, code := run(t, ModeCua, true)
-	out, err := Output(ModeCua, code, stdout, stderr)
-	if err != nil {
+// Values are written as OSWorld's server writes them, with Python's str().
+func TestPyFloat(t *testing.T) {
+	for f, want := range map[float64]string{
+		0: "0.0", 50: "50.0", -3: "-3.0", 0.5: "0.5", 0.1: "0.1", 1e-05: "1e-05", 0.0001: "0.0001",
+		1500000: "1500000.0", 1e16: "1e+16", 123456789012345678: "1.2345678901234568e+17",
+	} {
+		if got := pyFloat(f); got != want {
+			t.Errorf("pyFloat(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
+
+// sample is a desktop with one application, whose frame holds a push
+// button on screen and an off-screen label with text to escape.
+func sample() *Node {
+	button := &Node{Role: "push button", Name: "Save", States: []string{"visible", "showing", "focusable"}, Box: &[4]int32{30, 40, 80, 24},
+		Attrs: []Attr{{"attr:toolkit", "gtk"}, {"cp:screencoord", "(30, 40)"}, {"cp:size", "(80, 24)"}, {"act:click_desc", "Clicks"}}}
+	label := &Node{Role: "label", Name: `a "q" <b>`, States: []string{"visible"}, Text: "Grüße & \x01\n"}
+	frame := &Node{Role: "frame", Name: "Untitled", States: []string{"visible", "showing"}, Box: &[4]int32{10, 20, 640, 400},
+		Children: []*Node{button, label}}
+	app := &Node{Role: "application", Name: "mousepad", Children: []*Node{frame}}
+	return &Node{Role: "desktop frame", Children: []*Node{app}}
+}
+
+// OSWorld's XML: the namespaces on the root, an element per node named by
+// its role, the attributes in order, text escaped, and well-formed.
+func TestXML(t *testing.T) {
+	out := string(XML(sample()))
+	for _, want := range []string{
+		`<desktop-frame xmlns:st="https://accessibility.ubuntu.example.org/ns/state"`,
+		`<application name="mousepad">`,
+		`<push-button name="Save" st:visible="true" st:showing="true" st:focusable="true" attr:toolkit="gtk" cp:screencoord="(30, 40)" cp:size="(80, 24)" act:click_desc="Clicks"/>`,
+		`<label name="a &quot;q&quot; &lt;b&gt;" st:visible="true">Grüße &amp; ` + "\n</label>",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in %s", want, out)
+		}
+	}
+	d := xml.NewDecoder(strings.NewReader(out))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("not well-formed: %v in %s", err, out)
+		}
+	}
+}
+
+// Cua's tree: role, title, position and size for nodes on screen, the
+// text as value, the states.
+func TestCuaJSON(t *testing.T) {
+	var root cuaNode
+	if err := json.Unmarshal(CuaJSON(sample()), &root); err != nil {
 		t.Fatal(err)
-	}
-	type node struct {
-		Role     string
-		Title    string
-		Position *struct{ X, Y int }
-		Size     *struct{ Width, Height int }
-		Value    string
-		States   []string
-		Children []node
-	}
-	var root node
-	if err := json.Unmarshal(out, &root); err != nil {
-		t.Fatalf("%v in %s", err, out)
 	}
 	frame := root.Children[0].Children[0]
 	button, label := frame.Children[0], frame.Children[1]
@@ -131,34 +96,50 @@ func TestReaderCuaShape(t *testing.T) {
 		t.Fatalf("frame %+v", frame)
 	case button.Role != "push button" || button.Title != "Save" || button.Position.Y != 40 || button.Size.Height != 24:
 		t.Fatalf("button %+v", button)
-	case label.Position != nil || label.Value != "Grüße":
+	case label.Position != nil || label.Value != "Grüße & \n":
 		t.Fatalf("off-screen label %+v: no position, its text as value", label)
-	case !strings.Contains(strings.Join(button.States, " "), "focusable"):
-		t.Fatalf("button states %q", button.States)
 	}
 }
 
-// OSWorld's mode walks the same tree into its XML.
-func TestReaderOSWorldXML(t *testing.T) {
-	stdout, stderr, code := run(t, ModeOSWorld, true)
-	out, err := Output(ModeOSWorld, code, stdout, stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`<desktop-frame xmlns:st=`, `<push-button name="Save" st:visible="true" st:showing="true" st:focusable="true" cp:screencoord="(30, 40)" cp:size="(80, 24)"/>`, `>Grüße</label>`} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("no %s in %s", want, out)
+// The terminal mode finds exactly one focused terminal in an active
+// gnome-terminal frame.
+func TestFocusedTerminal(t *testing.T) {
+	term := func(focused bool) *Node {
+		n := &Node{Role: "terminal", Text: "$ ls\n"}
+		if focused {
+			n.States = []string{"focused"}
 		}
+		return n
+	}
+	desk := func(frames ...*Node) *Node {
+		return &Node{Children: []*Node{{Role: "application", Name: "gnome-terminal-server", Children: frames}}}
+	}
+	active := func(kids ...*Node) *Node {
+		return &Node{Role: "frame", States: []string{"active"}, Children: []*Node{{Role: "panel", Children: kids}}}
+	}
+	if n := focusedTerminal(desk(active(term(false), term(true)))); n == nil || n.Text != "$ ls\n" {
+		t.Fatalf("one focused terminal: %+v", n)
+	}
+	if n := focusedTerminal(desk(active(term(true)), active(term(true)))); n != nil {
+		t.Fatalf("two focused terminals: %+v, want none", n)
+	}
+	if n := focusedTerminal(desk(&Node{Role: "frame", Children: []*Node{term(true)}})); n != nil {
+		t.Fatalf("inactive frame: %+v, want none", n)
+	}
+	if got := string(TerminalJSON(nil)); got != `{"output":null}` {
+		t.Fatalf("no terminal: %s", got)
 	}
 }
 
-// Without pyatspi the reader exits ExitNoATSPI, which is ErrUnavailable.
-func TestReaderWithoutATSPI(t *testing.T) {
-	if exec.Command("python3", "-I", "-c", "import pyatspi").Run() == nil {
-		t.Skip("this host has pyatspi")
+// A relay that ends before its hello says why: no bus is ErrUnavailable.
+func TestRelayFailure(t *testing.T) {
+	r := relayResult{}
+	r.res.ExitCode, r.res.Stderr = exitNoBus, []byte("deskfarm a11y relay: no accessibility bus: org.freedesktop.DBus.Error.ServiceUnknown\n")
+	if err := r.failure(); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "ServiceUnknown") {
+		t.Fatalf("no bus: %v", err)
 	}
-	stdout, stderr, code := run(t, ModeCua, false)
-	if _, err := Output(ModeCua, code, stdout, stderr); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("exit %d %q: %v, want ErrUnavailable", code, stderr, err)
+	r.res.ExitCode, r.res.Stderr = 1, []byte("Traceback...\nOSError: [Errno 9] Bad file descriptor\n")
+	if err := r.failure(); errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "Bad file descriptor") {
+		t.Fatalf("crash: %v", err)
 	}
 }

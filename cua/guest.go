@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -21,11 +22,15 @@ import (
 // to one VM (FarmGuest).
 type Guest interface {
 	Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error)
+	// A11y walks the desktop's accessibility tree in one of package
+	// atspi's modes.
+	A11y(ctx context.Context, m atspi.Mode) ([]byte, error)
 }
 
 // Farm is the part of vmm.Farm that FarmGuest needs.
 type Farm interface {
 	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
+	DialA11y(ctx context.Context, id string) (net.Conn, error)
 }
 
 // FarmGuest is the Guest of one VM of a farm.
@@ -37,6 +42,11 @@ type FarmGuest struct {
 // Exec runs req in the VM.
 func (g FarmGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
 	return g.Farm.Exec(ctx, g.VM, req)
+}
+
+// A11y walks the VM's accessibility tree (atspi.Read).
+func (g FarmGuest) A11y(ctx context.Context, m atspi.Mode) ([]byte, error) {
+	return atspi.Read(ctx, g.Farm, g.VM, m)
 }
 
 // guestCallTimeout bounds the short guest calls (file commands, window
@@ -229,25 +239,16 @@ func (s session) launch(ctx context.Context, o launchOp) (any, error) {
 	return pidReply{PID: pid}, nil
 }
 
-// tree walks the desktop's accessibility tree with the AT-SPI reader that
-// OSWorld's /accessibility runs too (package atspi), in Cua's shape. A
-// guest without python3 or pyatspi is atspi.ErrUnavailable.
+// tree walks the desktop's accessibility tree as OSWorld's /accessibility
+// does (package atspi), in Cua's shape. A guest without AT-SPI is
+// atspi.ErrUnavailable.
 func (s session) tree(ctx context.Context) (json.RawMessage, error) {
-	res, err := s.run(ctx, atspi.Script, atspi.Timeout, atspi.Argv(atspi.ModeCua)...)
-	switch {
-	case errors.Is(err, guestx.ErrNotFound):
-		return nil, fmt.Errorf("get_accessibility_tree: %w", atspi.ErrUnavailable)
-	case errors.Is(err, vmm.ErrTimeout) && ctx.Err() == nil:
-		return nil, fmt.Errorf("get_accessibility_tree: the AT-SPI walk did not finish within %s: %w", atspi.Timeout, err)
-	case err != nil:
-		return nil, fmt.Errorf("get_accessibility_tree: %w", err)
-	}
-	out, err := atspi.Output(atspi.ModeCua, res.ExitCode, res.Stdout, res.Stderr)
+	out, err := s.g.A11y(ctx, atspi.ModeCua)
 	if err != nil {
 		return nil, fmt.Errorf("get_accessibility_tree: %w", err)
 	}
 	if !json.Valid(out) {
-		return nil, fmt.Errorf("get_accessibility_tree: the AT-SPI reader printed no JSON (%d bytes)", len(out))
+		return nil, fmt.Errorf("get_accessibility_tree: the walk answered no JSON (%d bytes)", len(out))
 	}
 	return out, nil
 }

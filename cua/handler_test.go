@@ -142,9 +142,15 @@ type hostGuest struct {
 	guestUI [][]string
 	// xdo answers xdotool subcommands (argv[1]) with stdout.
 	xdo map[string]string
-	// a11y answers the AT-SPI reader (python3 - MODE): nil exits 3, as in
-	// an image without pyatspi.
-	a11y func(mode string, stdin []byte) vmm.ExecResult
+	// a11y answers the accessibility walk: nil is a guest without AT-SPI.
+	a11y func(mode atspi.Mode) ([]byte, error)
+}
+
+func (g *hostGuest) A11y(_ context.Context, m atspi.Mode) ([]byte, error) {
+	if g.a11y == nil {
+		return nil, fmt.Errorf("accessibility cua of vm x: %w: no accessibility bus", atspi.ErrUnavailable)
+	}
+	return g.a11y(m)
 }
 
 func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResult, error) {
@@ -160,11 +166,6 @@ func (g *hostGuest) Exec(ctx context.Context, req vmm.ExecRequest) (vmm.ExecResu
 		g.guestUI = append(g.guestUI, argv)
 		g.mu.Unlock()
 		return vmm.ExecResult{Stdout: []byte(g.xdo[argv[1]])}, nil
-	case argv[0] == "python3":
-		if g.a11y == nil {
-			return vmm.ExecResult{ExitCode: 3, Stderr: []byte("no AT-SPI in this guest: No module named 'pyatspi'\n")}, nil
-		}
-		return g.a11y(argv[2], req.Stdin), nil
 	}
 	if req.Timeout <= 0 {
 		g.t.Errorf("guest call without a timeout: %q", argv)
@@ -545,20 +546,20 @@ func TestAccessibilityTree(t *testing.T) {
 	if out["success"] != false || out["code"] != "unsupported" || !strings.Contains(out["error"].(string), "AT-SPI") {
 		t.Fatalf("without AT-SPI: %v", out)
 	}
-	r.guest.a11y = func(mode string, stdin []byte) vmm.ExecResult {
-		if mode != "cua" || !bytes.Equal(stdin, atspi.Script) {
-			return vmm.ExecResult{ExitCode: 2, Stderr: []byte("wrong reader call")}
+	r.guest.a11y = func(mode atspi.Mode) ([]byte, error) {
+		if mode != atspi.ModeCua {
+			return nil, fmt.Errorf("wrong mode %s", mode)
 		}
-		return vmm.ExecResult{Stdout: []byte(`{"role": "desktop frame", "title": "", "children": [{"role": "application", "title": "gnome-terminal-server", "children": []}]}`)}
+		return []byte(`{"role": "desktop frame", "title": "", "children": [{"role": "application", "title": "gnome-terminal-server", "children": []}]}`), nil
 	}
 	tree := r.ok("get_accessibility_tree", nil)["tree"].(map[string]any)
 	if tree["role"] != "desktop frame" || tree["children"].([]any)[0].(map[string]any)["title"] != "gnome-terminal-server" {
 		t.Fatalf("tree %v", tree)
 	}
-	r.guest.a11y = func(string, []byte) vmm.ExecResult {
-		return vmm.ExecResult{ExitCode: 1, Stderr: []byte("Traceback (most recent call last):\n  ...\nGLib.GError: g-dbus-error-quark: timeout\n")}
+	r.guest.a11y = func(atspi.Mode) ([]byte, error) {
+		return nil, fmt.Errorf("accessibility cua of vm x: %w", errors.New("the relay in the guest exited 1: OSError: [Errno 9] Bad file descriptor"))
 	}
-	r.fails("get_accessibility_tree", nil, "GLib.GError: g-dbus-error-quark: timeout")
+	r.fails("get_accessibility_tree", nil, "Bad file descriptor")
 }
 
 func wsDial(t *testing.T, r *rig) *websocket.Conn {

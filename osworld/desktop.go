@@ -207,17 +207,8 @@ func (h *Handler) changeWallpaper(w http.ResponseWriter, r *http.Request) {
 	writeText(w, http.StatusOK, "Wallpaper changed successfully")
 }
 
-// a11y runs the AT-SPI reader (package atspi) in the guest with one mode.
-func (h *Handler) a11y(ctx context.Context, mode atspi.Mode) ([]byte, error) {
-	res, err := h.g.Run(ctx, Cmd{Argv: atspi.Argv(mode), Stdin: atspi.Script, Timeout: atspi.Timeout})
-	if err != nil {
-		return nil, err
-	}
-	return atspi.Output(mode, res.ExitCode, res.Stdout, res.Stderr)
-}
-
 func (h *Handler) accessibility(w http.ResponseWriter, r *http.Request) {
-	out, err := h.a11y(r.Context(), atspi.ModeOSWorld)
+	out, err := h.g.A11y(r.Context(), atspi.ModeOSWorld)
 	if err != nil {
 		h.fail(w, r, "accessibility", http.StatusInternalServerError, err)
 		return
@@ -226,7 +217,7 @@ func (h *Handler) accessibility(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
-	out, err := h.a11y(r.Context(), atspi.ModeTerminal)
+	out, err := h.g.A11y(r.Context(), atspi.ModeTerminal)
 	if err != nil {
 		h.fail(w, r, "terminal", http.StatusInternalServerError, err)
 		return

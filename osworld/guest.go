@@ -3,7 +3,9 @@ package osworld
 import (
 	"context"
 	"fmt"
+	"github.com/deskfarm/deskfarm/atspi"
 	"image"
+	"net"
 	"path"
 	"strings"
 	"time"
@@ -61,6 +63,9 @@ type Guest interface {
 	Screenshot(ctx context.Context) ([]byte, error)
 	// Frames is the live picture, for recordings.
 	Frames(ctx context.Context) (Frames, error)
+	// A11y walks the desktop's accessibility tree in one of package
+	// atspi's modes.
+	A11y(ctx context.Context, m atspi.Mode) ([]byte, error)
 }
 
 // ErrNotRun marks a command that could not be started (no such program):
@@ -78,6 +83,7 @@ type VMFarm interface {
 	Exec(ctx context.Context, id string, req vmm.ExecRequest) (vmm.ExecResult, error)
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
 	WriteFile(ctx context.Context, id, path string, data []byte, mode uint32) error
+	DialA11y(ctx context.Context, id string) (net.Conn, error)
 }
 
 // VMGuest is a Guest over a deskfarm VM: exec and files through the guest
@@ -90,6 +96,11 @@ type VMGuest struct {
 }
 
 var _ Guest = (*VMGuest)(nil)
+
+// A11y walks the VM's accessibility tree (atspi.Read).
+func (g *VMGuest) A11y(ctx context.Context, m atspi.Mode) ([]byte, error) {
+	return atspi.Read(ctx, g.Farm, g.VM, m)
+}
 
 // Run runs c as the desktop user in its session.
 func (g *VMGuest) Run(ctx context.Context, c Cmd) (Result, error) {

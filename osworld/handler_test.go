@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/vmm"
 	"github.com/deskfarm/deskfarm/vnc"
 )
@@ -92,6 +93,17 @@ func (g *fakeGuest) Screenshot(context.Context) ([]byte, error) {
 }
 
 func (g *fakeGuest) Frames(context.Context) (Frames, error) { return g, nil }
+
+// A11y answers each mode's shape, as atspi renders it.
+func (g *fakeGuest) A11y(_ context.Context, m atspi.Mode) ([]byte, error) {
+	switch m {
+	case atspi.ModeTerminal:
+		return atspi.TerminalJSON(nil), nil
+	case atspi.ModeOSWorld:
+		return atspi.XML(&atspi.Node{Role: "desktop frame"}), nil
+	}
+	return nil, fmt.Errorf("mode %s", m)
+}
 func (g *fakeGuest) Snapshot() *image.RGBA {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -408,10 +420,6 @@ func TestSmallRoutes(t *testing.T) {
 	g.on("test", exit(1, "", ""))
 	g.on("python3", func(c Cmd) (Result, error) {
 		switch {
-		case c.Argv[2] == "terminal":
-			return Result{Stdout: []byte(`{"output": null}`)}, nil
-		case c.Argv[2] == "tree":
-			return Result{Stdout: []byte(`<desktop-frame xmlns:st="https://accessibility.ubuntu.example.org/ns/state"/>`)}, nil
 		case c.Argv[2] == "/home/user":
 			return Result{Stdout: []byte(`{"type": "directory", "name": "user", "children": [{"type": "file", "name": "a"}]}`)}, nil
 		}

@@ -17,6 +17,10 @@ pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
 	chromium
 	# the osworld image's pyautogui is tested on the host under Xvfb
 	xvfb python3-xlib python3-pil
+	# the accessibility walk (package atspi) is tested on a real AT-SPI
+	# bus on the host: a session bus (dbus-launch), the bus launcher and a
+	# GTK 3 program with a known tree
+	at-spi2-core libatk-adaptor dbus-x11 gtk-3-examples
 	# OSWorld: recordings are encoded on the host (ffmpeg; ffprobe checks
 	# them in tests); the provider package (python/deskfarm_osworld) needs
 	# requests.

@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"context"
+	"net"
 	"time"
 )
 
@@ -112,4 +113,6 @@ type Farm interface {
 	// SetLabel sets (or, with "", removes) one label of a VM; labels
 	// survive restarts.
 	SetLabel(ctx context.Context, id, key, value string) error
+	// DialA11y connects to a VM's accessibility port (Manager.DialA11y).
+	DialA11y(ctx context.Context, id string) (net.Conn, error)
 }

@@ -128,6 +128,7 @@ func (m *Manager) newCreation(mc *machine, img BaseImage, opts CreateOptions, tm
 		Overlay:     filepath.Join(dir, "disk.qcow2"),
 		VNCSocket:   filepath.Join(dir, "vnc.sock"),
 		SessionSock: filepath.Join(dir, "session.sock"),
+		A11ySock:    filepath.Join(dir, a11ySockName),
 		ConsoleLog:  mc.consoleLog(),
 		Emulator:    m.cfg.Emulator,
 		Security:    m.security,

@@ -100,8 +100,10 @@ type domainSpec struct {
 	Overlay     string
 	VNCSocket   string
 	SessionSock string
-	ConsoleLog  string
-	Emulator    string
+	// A11ySock is the host's end of the accessibility port (DialA11y).
+	A11ySock   string
+	ConsoleLog string
+	Emulator   string
 	// Security is the host's sVirt model ("apparmor" or "selinux"), or ""
 	// when the host has none.
 	Security string
@@ -167,6 +169,10 @@ var domainTmpl = template.Must(template.New("domain").Funcs(template.FuncMap{"x"
     <channel type='unix'>
       <source mode='bind' path='{{x .SessionSock}}'/>
       <target type='virtio' name='org.deskfarm.session.0'/>
+    </channel>
+    <channel type='unix'>
+      <source mode='bind' path='{{x .A11ySock}}'/>
+      <target type='virtio' name='org.deskfarm.a11y.0'/>
     </channel>
     <serial type='file'>
       <source path='{{x .ConsoleLog}}'/>

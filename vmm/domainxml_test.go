@@ -210,7 +210,7 @@ func TestDomainXMLBalloon(t *testing.T) {
 	if with == old || without == old {
 		t.Fatalf("a saved state from before the balloon (%s) would be loaded", old)
 	}
-	if !strings.Contains(with, "-hw2-") {
-		t.Fatalf("saved state %s does not name hardware version 2", with)
+	if !strings.Contains(with, "-hw3-") || !strings.Contains(without, "-hw3nb-") {
+		t.Fatalf("saved states %s, %s do not name hardware version 3 and the balloon's setting", with, without)
 	}
 }

@@ -36,6 +36,10 @@ type machine struct {
 	// closed once (stop) when the VM is gone or the Manager closes.
 	stopWatch chan struct{}
 	stopOnce  sync.Once
+
+	// a11y admits one connection at a time to the accessibility port
+	// (DialA11y); made on first use, under mu.
+	a11y chan struct{}
 }
 
 // machineSpec is a VM as it was made: fixed for its life.

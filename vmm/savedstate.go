@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -61,14 +62,15 @@ func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 // saved ready states carry it in their name (templatePath), since QEMU
 // cannot load a state saved with other devices. Raise it with every device
 // change in domainTmpl. Versions: 1, the devices before issue 17 (names
-// without a version were 1); 2, virtio-balloon with free page reporting.
-const hardwareVersion = 2
+// without a version were 1); 2, virtio-balloon with free page reporting;
+// 3, the accessibility port (org.deskfarm.a11y.0, DialA11y).
+const hardwareVersion = 3
 
-// hardware is the hardware version of the VMs m makes: 1 without the
-// balloon (Config.NoBalloon), which is version 1's device set.
+// hardware is the hardware version of the VMs m makes, "nb" after it
+// without the balloon (Config.NoBalloon).
 func (m *Manager) hardware() string {
 	if m.cfg.NoBalloon {
-		return "hw1"
+		return fmt.Sprintf("hw%dnb", hardwareVersion)
 	}
 	return fmt.Sprintf("hw%d", hardwareVersion)
 }
@@ -133,16 +135,17 @@ func shortHash(h string) string { return h[:min(len(h), 16)] }
 
 // savedName is the start of a saved ready state's name (templatePath):
 // image, its shortHash, and the hardware version (absent before version 2
-// named them).
-var savedName = regexp.MustCompile(`^(.+)-([0-9a-f]{1,16})-(?:(hw[0-9]+)-)?[0-9]+m-`)
+// named them; its number in m[4]).
+var savedName = regexp.MustCompile(`^(.+)-([0-9a-f]{1,16})-(?:(hw([0-9]+)[a-z]*)-)?[0-9]+m-`)
 
 // pruneSaved removes the saved ready states in dir (and their spares) that
 // no VM can start from any more: of an image rebuilt since (another hash)
-// or whose recipe is gone, and those named before hardware versions were
-// (never loaded now). Without it each rebuild of an image left its saved
+// or whose recipe is gone, and those of an older hardware version or named
+// before hardware versions were (never loaded now: no setting makes their
+// device set any more). Without it each rebuild of an image left its saved
 // states behind for good (185 MB to 230 MB each, twice with the spare).
-// Saved states of another hardware version, accelerator or size stay: a
-// farm with other settings on this state dir starts from them. A VM never
+// Saved states of the balloon's other setting, another accelerator or size
+// stay: a farm with other settings on this state dir starts from them. A VM never
 // runs from its saved state's file (it starts from a copy), so removing one
 // affects only later creates, which boot.
 func pruneSaved(dir string, images ImageResolver, log *slog.Logger) {
@@ -180,6 +183,8 @@ func pruneSaved(dir string, images ImageResolver, log *slog.Logger) {
 		switch {
 		case m[3] == "":
 			why = "named before hardware versions"
+		case m[4] != strconv.Itoa(hardwareVersion):
+			why = "hardware version " + m[4] + ", now " + strconv.Itoa(hardwareVersion)
 		case !v.known:
 			why = "image " + m[1] + " is no longer a recipe"
 		case v.hash != m[2]:

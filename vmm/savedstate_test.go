@@ -120,24 +120,28 @@ func TestCreateFromSavedStateTakesSpare(t *testing.T) {
 }
 
 // A farm starting removes the saved ready states no VM can start from (an
-// image rebuilt, a recipe gone, an unversioned name from before hardware
-// versions) with their spares, and keeps the current ones, of any size,
-// accelerator or hardware version, with theirs, and files not its own.
+// image rebuilt, a recipe gone, an older hardware version, an unversioned
+// name from before hardware versions) with their spares, and keeps the
+// current ones, of any size, accelerator or balloon setting, with theirs,
+// and files not its own.
 func TestPruneSavedRemovesOutdated(t *testing.T) {
 	dir := t.TempDir()
 	cur, old := "0123456789abcdef", "fedcba9876543210"
 	keep := []string{
-		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2",
-		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2.spare-42",
-		"desktop-" + cur + "-hw2-2048m-2c-1920x1080-kvm-net.qcow2",
-		"desktop-" + cur + "-hw1-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + "-hw3-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + "-hw3-1024m-2c-1280x800-tcg.qcow2.spare-42",
+		"desktop-" + cur + "-hw3-2048m-2c-1920x1080-kvm-net.qcow2",
+		"desktop-" + cur + "-hw3nb-1024m-2c-1280x800-tcg.qcow2",
 		"notes.txt",
 	}
 	gone := []string{
-		"desktop-" + old + "-hw2-1024m-2c-1280x800-tcg.qcow2",
-		"desktop-" + old + "-hw2-1024m-2c-1280x800-tcg.qcow2.spare-7",
+		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2.spare-42",
+		"desktop-" + cur + "-hw1-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + old + "-hw3-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + old + "-hw3-1024m-2c-1280x800-tcg.qcow2.spare-7",
 		"desktop-" + cur + "-1024m-2c-1280x800-tcg.qcow2",
-		"retired-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2",
+		"retired-" + cur + "-hw3-1024m-2c-1280x800-tcg.qcow2",
 	}
 	for _, n := range append(slices.Clone(keep), gone...) {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600); err != nil {

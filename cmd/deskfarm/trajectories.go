@@ -14,7 +14,6 @@ import (
 
 	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/desk"
-	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/trajectory"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -35,17 +34,11 @@ func newTrajectories(cfg farmConfig, farm vmm.Farm, desks *desk.Pool, log *slog.
 }
 
 // guestA11y reads a VM's accessibility tree in OSWorld's XML, as the
-// osworld routes' /accessibility does: the AT-SPI reader run in the
-// guest's session. On an image without AT-SPI it fails, and the step
-// keeps no tree.
+// osworld routes' /accessibility does (atspi.Read). On an image without
+// AT-SPI it fails, and the step keeps no tree.
 func guestA11y(farm vmm.Farm) trajectory.A11y {
 	return func(ctx context.Context, vm string) ([]byte, error) {
-		res, err := guestx.Run(ctx, farm, vm, guestx.Cmd{Argv: atspi.Argv(atspi.ModeOSWorld), Stdin: atspi.Script,
-			Timeout: atspi.Timeout})
-		if err != nil {
-			return nil, err
-		}
-		return atspi.Output(atspi.ModeOSWorld, res.ExitCode, res.Stdout, res.Stderr)
+		return atspi.Read(ctx, farm, vm, atspi.ModeOSWorld)
 	}
 }
 

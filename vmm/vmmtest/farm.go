@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"sort"
 	"sync"
@@ -398,4 +399,10 @@ func (f *Farm) Capacity() (usedMiB, limitMiB int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.usedLocked(), f.MemoryLimitMiB
+}
+
+// DialA11y fails: an in-memory VM has no guest to walk. The walk itself
+// is tested on a real bus (package atspi) and a real VM (E2E).
+func (f *Farm) DialA11y(_ context.Context, id string) (net.Conn, error) {
+	return nil, fmt.Errorf("vm %s of the in-memory farm has no accessibility port: %w", id, vmm.ErrInvalid)
 }

@@ -1,0 +1,657 @@
+package atspi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// The bounds of a walk, as OSWorld's server has them (desktop_env/server
+// main.py MAX_DEPTH, MAX_WIDTH), and the cells scanned for Calc's first
+// showing cell.
+const (
+	MaxDepth = 50
+	MaxWidth = 1024
+	calcScan = 500
+)
+
+// AT-SPI's D-Bus names (at-spi2-core xml/*.xml).
+const (
+	registryBus  = "org.a11y.atspi.Registry"
+	rootPath     = dbus.ObjectPath("/org/a11y/atspi/accessible/root")
+	cachePath    = dbus.ObjectPath("/org/a11y/atspi/cache")
+	ifAccessible = "org.a11y.atspi.Accessible"
+	ifComponent  = "org.a11y.atspi.Component"
+	ifText       = "org.a11y.atspi.Text"
+	ifValue      = "org.a11y.atspi.Value"
+	ifAction     = "org.a11y.atspi.Action"
+	ifImage      = "org.a11y.atspi.Image"
+	ifSelection  = "org.a11y.atspi.Selection"
+	ifTable      = "org.a11y.atspi.Table"
+	ifCache      = "org.a11y.atspi.Cache"
+	ifProps      = "org.freedesktop.DBus.Properties"
+)
+
+// callTimeout bounds one call to an application. An application that lets
+// one lapse is hung or far too slow, and is asked nothing more in this walk
+// (its nodes so far stay in the tree): one frozen program must not use up
+// the whole walk's budget.
+var callTimeout = 5 * time.Second
+
+// inFlight is how many calls a walk keeps outstanding to one application.
+// The application answers them one at a time on its main loop; keeping it
+// busy hides each round trip through the bus (and, from the host, through
+// the guest's relay).
+const inFlight = 64
+
+// Stats counts what a walk asked.
+type Stats struct {
+	Apps, Nodes, Calls, CachedNodes int
+	// Hung names the applications that let a call lapse (callTimeout).
+	Hung []string
+}
+
+// objRef is an object's D-Bus reference: the application's bus name and
+// the object's path.
+type objRef struct {
+	Name string
+	Path dbus.ObjectPath
+}
+
+// item is what a walk knows of an object before its details: the fields of
+// one entry of Cache.GetItems, or of the live calls that stand for it.
+type item struct {
+	ref    objRef
+	index  int32 // in its parent; -1 when unknown
+	count  int32 // children
+	ifaces []string
+	name   string
+	role   uint32
+	states [2]uint32
+	parent dbus.ObjectPath
+}
+
+func (it *item) hasIface(s string) bool {
+	for _, x := range it.ifaces {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (it *item) stateNames() []string {
+	var out []string
+	for i, name := range stateNames {
+		if it.states[i/32]&(1<<(i%32)) != 0 && name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func (it *item) showing() bool {
+	const showing = 25 // ATSPI_STATE_SHOWING
+	return it.states[0]&(1<<showing) != 0
+}
+
+// cacheItem is one entry of Cache.GetItems since at-spi2-core 2.33:
+// ((so)(so)(so)iiassusau).
+type cacheItem struct {
+	Ref, App, Parent objRef
+	Index, Count     int32
+	Ifaces           []string
+	Name             string
+	Role             uint32
+	Desc             string
+	States           []uint32
+}
+
+// cacheItemOld is the entry before: ((so)(so)(so)a(so)assusau), the
+// children listed instead of an index and a count.
+type cacheItemOld struct {
+	Ref, App, Parent objRef
+	Children         []objRef
+	Ifaces           []string
+	Name             string
+	Role             uint32
+	Desc             string
+	States           []uint32
+}
+
+// Walk reads the desktop's accessibility tree over conn, a connection to
+// the AT-SPI bus. Every mode walks the same objects; full adds what only
+// OSWorld's XML carries (attributes, values, actions), and text whether
+// nodes' text is read. An application that does not answer is left out or
+// cut short, never the walk.
+func Walk(ctx context.Context, conn *dbus.Conn, mode Mode) (*Node, Stats, error) {
+	w := &walker{conn: conn, mode: mode}
+	var apps []objRef
+	if err := w.call(ctx, objRef{registryBus, rootPath}, ifAccessible+".GetChildren", nil, &apps); err != nil {
+		return nil, w.stats(), fmt.Errorf("list the desktop's applications: %w", err)
+	}
+	root := &Node{Role: "desktop frame"}
+	kids := make([]*Node, len(apps))
+	var wg sync.WaitGroup
+	for i, a := range apps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kids[i] = w.app(ctx, a)
+		}()
+	}
+	wg.Wait()
+	for _, k := range kids {
+		if k != nil {
+			root.Children = append(root.Children, k)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, w.stats(), err
+	}
+	return root, w.stats(), nil
+}
+
+type walker struct {
+	conn  *dbus.Conn
+	mode  Mode
+	calls atomic.Int64
+
+	mu     sync.Mutex
+	apps   int
+	nodes  int
+	cached int
+	hung   []string
+}
+
+func (w *walker) stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Stats{Apps: w.apps, Nodes: w.nodes, Calls: int(w.calls.Load()), CachedNodes: w.cached, Hung: w.hung}
+}
+
+// call makes one method call and stores its reply in out.
+func (w *walker) call(ctx context.Context, r objRef, method string, args []any, out ...any) error {
+	w.calls.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	c := w.conn.Object(r.Name, r.Path).CallWithContext(ctx, method, 0, args...)
+	if c.Err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s on %s%s: %w", method, r.Name, r.Path, errCallTimeout)
+		}
+		return c.Err
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return c.Store(out...)
+}
+
+var errCallTimeout = errors.New("no answer within the call timeout")
+
+// appWalk is the walk of one application: its calls go through one
+// semaphore, and once one lapses the application is hung and every later
+// call fails at once.
+type appWalk struct {
+	w    *walker
+	name string
+	sem  chan struct{}
+	hung atomic.Bool
+
+	items map[dbus.ObjectPath]*item
+	kids  map[dbus.ObjectPath][]*item
+	all   []*walked
+}
+
+// walked pairs a node with the object it came from, for the details phase.
+type walked struct {
+	node *Node
+	it   *item
+}
+
+func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any, out ...any) error {
+	if a.hung.Load() {
+		return errCallTimeout
+	}
+	select {
+	case a.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-a.sem }()
+	err := a.w.call(ctx, r, method, args, out...)
+	if errors.Is(err, errCallTimeout) && ctx.Err() == nil && !a.hung.Swap(true) {
+		a.w.mu.Lock()
+		a.w.hung = append(a.w.hung, a.name)
+		a.w.mu.Unlock()
+	}
+	return err
+}
+
+func (w *walker) app(ctx context.Context, ref objRef) *Node {
+	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}}
+	a.loadCache(ctx, ref.Name)
+	root := a.items[ref.Path]
+	if root == nil {
+		var err error
+		if root, err = a.basics(ctx, ref); err != nil {
+			return nil
+		}
+	}
+	if w.mode == ModeTerminal && root.name != "gnome-terminal-server" {
+		// The terminal's text is all this mode reads: other programs
+		// are named and left.
+		return &Node{Role: roleName(root.role), Name: root.name}
+	}
+	node := a.build(ctx, root, 1, "")
+	a.details(ctx)
+	w.mu.Lock()
+	w.apps++
+	w.nodes += len(a.all)
+	w.mu.Unlock()
+	return node
+}
+
+// loadCache fills items from the application's Cache.GetItems: its whole
+// tree as it keeps it, in one call. An application without the cache (or
+// whose cache is cut short) is walked live where the cache lacks nodes.
+func (a *appWalk) loadCache(ctx context.Context, bus string) {
+	var c *dbus.Call
+	func() {
+		a.w.calls.Add(1)
+		cctx, cancel := context.WithTimeout(ctx, 4*callTimeout) // one big reply
+		defer cancel()
+		c = a.w.conn.Object(bus, cachePath).CallWithContext(cctx, ifCache+".GetItems", 0)
+	}()
+	if c.Err != nil {
+		return
+	}
+	var items []cacheItem
+	if err := c.Store(&items); err == nil {
+		for _, ci := range items {
+			it := &item{ref: ci.Ref, index: ci.Index, count: ci.Count, ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path}
+			copy(it.states[:], ci.States)
+			a.add(it, ci.Parent)
+		}
+		return
+	}
+	var old []cacheItemOld
+	if err := c.Store(&old); err != nil {
+		return
+	}
+	for _, ci := range old {
+		it := &item{ref: ci.Ref, index: -1, count: int32(len(ci.Children)), ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path}
+		copy(it.states[:], ci.States)
+		a.add(it, ci.Parent)
+	}
+	// The old form orders children by the parent's list.
+	for _, ci := range old {
+		for i, ch := range ci.Children {
+			if it := a.items[ch.Path]; it != nil && ch.Name == ci.Ref.Name {
+				it.index = int32(i)
+			}
+		}
+	}
+}
+
+func (a *appWalk) add(it *item, parent objRef) {
+	if it.ref.Name != a.name {
+		return // an object of another application: not this cache's
+	}
+	a.items[it.ref.Path] = it
+	if parent.Name == a.name {
+		a.kids[parent.Path] = append(a.kids[parent.Path], it)
+	}
+	a.w.mu.Lock()
+	a.w.cached++
+	a.w.mu.Unlock()
+}
+
+// basics asks an object live for what the cache would have said.
+func (a *appWalk) basics(ctx context.Context, r objRef) (*item, error) {
+	// Properties one at a time, never GetAll: at-spi2-atk 2.46 aborts the
+	// whole application (libdbus: "Array or variant type requires that
+	// type variant be written") when one getter of a GetAll has nothing
+	// to write, as Chromium 13x did on the first walk that tried it.
+	it := &item{ref: r, index: -1}
+	var name, count dbus.Variant
+	var states []uint32
+	errs := make([]error, 5)
+	var wg sync.WaitGroup
+	for i, f := range []func() error{
+		func() error { return a.call(ctx, r, ifProps+".Get", []any{ifAccessible, "Name"}, &name) },
+		func() error { return a.call(ctx, r, ifProps+".Get", []any{ifAccessible, "ChildCount"}, &count) },
+		func() error { return a.call(ctx, r, ifAccessible+".GetRole", nil, &it.role) },
+		func() error { return a.call(ctx, r, ifAccessible+".GetState", nil, &states) },
+		func() error { return a.call(ctx, r, ifAccessible+".GetInterfaces", nil, &it.ifaces) },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f() }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	it.name, _ = name.Value().(string)
+	it.count, _ = count.Value().(int32)
+	copy(it.states[:], states)
+	return it, nil
+}
+
+// children are the objects under it, at most MaxWidth, from the cache when
+// it holds them all and live otherwise.
+func (a *appWalk) children(ctx context.Context, it *item) []*item {
+	if it.count < 0 {
+		// The cache's -1: the count is not kept (menus, objects that
+		// manage their descendants): ask.
+		var v dbus.Variant
+		if a.call(ctx, it.ref, ifProps+".Get", []any{ifAccessible, "ChildCount"}, &v) != nil {
+			return nil
+		}
+		c, _ := v.Value().(int32)
+		it.count = c
+	}
+	n := int(min(it.count, MaxWidth))
+	if n <= 0 {
+		return nil
+	}
+	if kids := a.kids[it.ref.Path]; len(kids) >= n {
+		sort.SliceStable(kids, func(i, j int) bool { return kids[i].index < kids[j].index })
+		complete := true
+		for i := 0; i < n; i++ {
+			if kids[i].index != int32(i) {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			return kids[:n]
+		}
+	}
+	return a.live(ctx, it, 0, n)
+}
+
+// live asks it for its children from index i0 on, n of them, and the
+// basics of those the cache lacks; a child that fails is left out.
+func (a *appWalk) live(ctx context.Context, it *item, i0, n int) []*item {
+	out := make([]*item, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r objRef
+			if err := a.call(ctx, it.ref, ifAccessible+".GetChildAtIndex", []any{int32(i0 + i)}, &r); err != nil || r.Path == "" || r.Path == "/org/a11y/atspi/null" {
+				return
+			}
+			if c := a.items[r.Path]; c != nil && r.Name == a.name {
+				out[i] = c
+				return
+			}
+			if c, err := a.basics(ctx, r); err == nil {
+				c.index = int32(i0 + i)
+				out[i] = c
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// build makes the node of it and its subtree; flag is "calc" under a
+// spreadsheet, whose tables are read as OSWorld reads them.
+func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *Node {
+	role := roleName(it.role)
+	if role == "" {
+		var s string
+		if a.call(ctx, it.ref, ifAccessible+".GetRoleName", nil, &s) == nil {
+			role = strings.TrimSpace(s)
+		}
+	}
+	if role == "" {
+		role = "unknown"
+	}
+	n := &Node{Role: role, Name: it.name, States: it.stateNames()}
+	a.all = append(a.all, &walked{n, it})
+	if flag == "" && role == "document spreadsheet" {
+		flag = "calc"
+	}
+	if depth == MaxDepth || ctx.Err() != nil {
+		return n
+	}
+	var kids []*item
+	if flag == "calc" && role == "table" {
+		kids = a.calcCells(ctx, it)
+	} else {
+		kids = a.children(ctx, it)
+	}
+	for _, k := range kids {
+		if k != nil {
+			n.Children = append(n.Children, a.build(ctx, k, depth+1, flag))
+		}
+	}
+	return n
+}
+
+// calcCells are the cells of a Calc sheet on screen: a sheet has a million
+// rows, so only those, found as OSWorld's server finds them (the first
+// showing column of the first showing row, then each row from that column
+// while cells show). Cells are probed a window at a time, in parallel.
+func (a *appWalk) calcCells(ctx context.Context, t *item) []*item {
+	ncols := int32(16384)
+	var v dbus.Variant
+	if a.call(ctx, t.ref, ifProps+".Get", []any{ifTable, "NColumns"}, &v) == nil {
+		if c, ok := v.Value().(int32); ok && c > 0 {
+			ncols = c
+		}
+	}
+	const window = 16
+	total := int64(t.count)
+	if total < 0 {
+		total = math.MaxInt32 // a count past int32 wraps in the cache
+	}
+	var out []*item
+	base, first, col0 := int64(0), false, int32(0)
+	for r := 0; r < 1<<20 && ctx.Err() == nil; r++ {
+		c := col0
+		stop := false
+		for !stop && c < ncols && base+int64(c) < total {
+			w := min(int32(window), ncols-c)
+			if rest := total - base - int64(c); rest < int64(w) {
+				w = int32(rest)
+			}
+			probe := a.live(ctx, t, int(base+int64(c)), int(w))
+			for _, cell := range probe {
+				if cell != nil && cell.showing() {
+					if !first {
+						col0, first = c, true
+					}
+					out = append(out, cell)
+				} else if first || c >= calcScan {
+					stop = true
+					break
+				}
+				c++
+			}
+		}
+		if (first && c == col0) || (!first && r >= calcScan) || base+int64(ncols) >= total {
+			break
+		}
+		base += int64(ncols)
+	}
+	return out
+}
+
+// details reads what each node needs beyond its basics, every node's calls
+// at once (bounded by the semaphore).
+func (a *appWalk) details(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, x := range a.all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.detail(ctx, x)
+		}()
+	}
+	wg.Wait()
+}
+
+func (a *appWalk) detail(ctx context.Context, x *walked) {
+	n, it := x.node, x.it
+	full := a.w.mode == ModeOSWorld
+	var (
+		wg      sync.WaitGroup
+		attrs   map[string]string
+		box     *[4]int32
+		text    string
+		value   []float64
+		actions []struct{ Name, Desc, KB string }
+	)
+	do := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	if full {
+		do(func() { _ = a.call(ctx, it.ref, ifAccessible+".GetAttributes", nil, &attrs) })
+	}
+	if n.has("visible") && n.has("showing") && it.hasIface(ifComponent) && a.w.mode != ModeTerminal {
+		do(func() {
+			var e struct{ X, Y, W, H int32 }
+			if a.call(ctx, it.ref, ifComponent+".GetExtents", []any{uint32(0)}, &e) == nil {
+				box = &[4]int32{e.X, e.Y, e.W, e.H}
+			}
+		})
+	}
+	if it.hasIface(ifText) && (a.w.mode != ModeTerminal || n.Role == "terminal") {
+		do(func() {
+			// -1: to the end (atk_text_get_text), one call where
+			// pyatspi makes two (characterCount, then getText).
+			if a.call(ctx, it.ref, ifText+".GetText", []any{int32(0), int32(-1)}, &text) == nil {
+				text = strings.NewReplacer("\ufffc", "", "\ufffd", "").Replace(text)
+			}
+		})
+	}
+	if full && it.hasIface(ifValue) {
+		// One Get per property, never GetAll (see basics).
+		value = make([]float64, len(valueProps))
+		for i, p := range valueProps {
+			do(func() {
+				var v dbus.Variant
+				value[i] = math.NaN()
+				if a.call(ctx, it.ref, ifProps+".Get", []any{ifValue, p[1]}, &v) == nil {
+					if f, ok := v.Value().(float64); ok {
+						value[i] = f
+					}
+				}
+			})
+		}
+	}
+	if full && it.hasIface(ifAction) {
+		do(func() {
+			if a.call(ctx, it.ref, ifAction+".GetActions", nil, &actions) != nil {
+				return
+			}
+			// GetActions answers localized names; OSWorld's server
+			// (pyatspi's getName) writes GetName's.
+			var wg sync.WaitGroup
+			for i := range actions {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var s string
+					if a.call(ctx, it.ref, ifAction+".GetName", []any{int32(i)}, &s) == nil {
+						actions[i].Name = s
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+	wg.Wait()
+	n.Text, n.Box = text, box
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		n.Attrs = append(n.Attrs, Attr{"attr:" + k, attrs[k]})
+	}
+	if box != nil {
+		n.Attrs = append(n.Attrs,
+			Attr{"cp:screencoord", fmt.Sprintf("(%d, %d)", box[0], box[1])},
+			Attr{"cp:size", fmt.Sprintf("(%d, %d)", box[2], box[3])})
+	}
+	if !full {
+		return
+	}
+	if it.hasIface(ifImage) {
+		n.Attrs = append(n.Attrs, Attr{"image", "true"})
+	}
+	if it.hasIface(ifSelection) {
+		n.Attrs = append(n.Attrs, Attr{"selection", "true"})
+	}
+	for i, f := range value {
+		if !math.IsNaN(f) {
+			n.Attrs = append(n.Attrs, Attr{"val:" + valueProps[i][0], pyFloat(f)})
+		}
+	}
+	for _, act := range actions {
+		name := strings.ReplaceAll(act.Name, " ", "-")
+		n.Attrs = append(n.Attrs, Attr{"act:" + name + "_desc", act.Desc}, Attr{"act:" + name + "_kb", act.KB})
+	}
+}
+
+// valueProps are the Value properties OSWorld's XML carries, by their
+// attribute names.
+var valueProps = [...][2]string{{"value", "CurrentValue"}, {"min", "MinimumValue"}, {"max", "MaximumValue"}, {"step", "MinimumIncrement"}}
+
+// roleName is libatspi's name of role r, "" for one it has no name for
+// (the application is then asked).
+func roleName(r uint32) string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return ""
+}
+
+// pyFloat formats f as Python's str(float) does (OSWorld's server writes
+// values with str()): the shortest repr, ".0" on whole numbers, exponent
+// form below 1e-4 and from 1e16.
+func pyFloat(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsNaN(f):
+		return "nan"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
+	mant, exps, _ := strings.Cut(e, "e")
+	exp, _ := strconv.Atoi(exps)
+	if exp < -4 || exp >= 16 {
+		sign := "+"
+		if exp < 0 {
+			sign, exp = "-", -exp
+		}
+		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
+}
