@@ -22,9 +22,9 @@ func TestReadHello(t *testing.T) {
 		t.Fatalf("read past the hello: %q left", rest)
 	}
 	for name, in := range map[string]string{
-		"another walk's nonce": "DESKFARM-A11Y 9999 1000\n",
+		"another walk's nonce":    "DESKFARM-A11Y 9999 1000\n",
 		"a uid that is no number": "DESKFARM-A11Y 0123 root\n",
-		"endless garbage":        strings.Repeat("x", 2<<20),
+		"endless garbage":         strings.Repeat("x", 2<<20),
 	} {
 		if uid, err := readHello(strings.NewReader(in), "0123"); err == nil {
 			t.Errorf("%s: uid %q, want an error", name, uid)
