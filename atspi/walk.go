@@ -22,6 +22,10 @@ const (
 	MaxDepth = 50
 	MaxWidth = 1024
 	calcScan = 500
+	// MaxNodes bounds one walk's tree: a guest is hostile, and a program
+	// there could show millions of objects to eat the host's memory. Real
+	// desktops have a few thousand (docs/benchmarks.md).
+	MaxNodes = 50000
 )
 
 // AT-SPI's D-Bus names (at-spi2-core xml/*.xml).
@@ -165,6 +169,7 @@ type walker struct {
 	conn  *dbus.Conn
 	mode  Mode
 	calls atomic.Int64
+	built atomic.Int64 // nodes, against MaxNodes
 
 	mu     sync.Mutex
 	apps   int
@@ -426,7 +431,7 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 	if flag == "" && role == "document spreadsheet" {
 		flag = "calc"
 	}
-	if depth == MaxDepth || ctx.Err() != nil {
+	if depth == MaxDepth || ctx.Err() != nil || a.w.built.Add(1) >= MaxNodes {
 		return n
 	}
 	var kids []*item

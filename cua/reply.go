@@ -58,7 +58,7 @@ type (
 	authReply struct {
 		Message string `json:"message"`
 	}
-	// treeReply is the accessibility tree, as the AT-SPI reader printed it
+	// treeReply is the accessibility tree, as the AT-SPI walk rendered it
 	// (atspi.ModeCua).
 	treeReply struct {
 		Tree json.RawMessage `json:"tree"`

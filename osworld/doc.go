@@ -16,8 +16,8 @@
 //   - /setup/download_file's download runs in the guest too (download.py),
 //     so the guest's network decides what it reaches;
 //   - files move through the guest agent and end up owned by that user;
-//   - /accessibility and /terminal run package atspi's reader (pyatspi in
-//     the guest, sent on stdin), the walk Cua's get_accessibility_tree
+//   - /accessibility and /terminal run package atspi's walk (from the
+//     host, over the VM's accessibility port), the walk Cua's get_accessibility_tree
 //     makes too;
 //   - recordings are encoded on the host by ffmpeg (package video) from
 //     the frames the mirror already has, not by x11grab in the guest.

@@ -1,0 +1,178 @@
+// Command a11y measures the accessibility tree on the osworld image (issue
+// 18 item 1) under whatever accelerator the host gives (TCG here): one VM
+// with Chromium on a real page, LibreOffice Calc with a sheet and a
+// terminal open, then walks of its tree as OSWorld's XML, deskfarm's walk
+// (package atspi: on the host, over the VM's accessibility port) and the
+// pyatspi walk in the guest that deskfarm ran before and OSWorld's server
+// runs (pyatspi_walk.py), alternating so both see the same desktop and
+// load. It prints a Markdown table with p50, p95, the tree's size and the
+// ratio.
+//
+//	go run ./bench/a11y [-walks 10] [-old-walks 4]
+package main
+
+import (
+	"context"
+	_ "embed"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/deskfarm/deskfarm/atspi"
+	"github.com/deskfarm/deskfarm/bench/internal/farm"
+	"github.com/deskfarm/deskfarm/bench/internal/stats"
+	"github.com/deskfarm/deskfarm/guestx"
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+//go:embed pyatspi_walk.py
+var oldWalk []byte
+
+const stateDir = farm.DefaultStateDir + "-a11y"
+
+func main() {
+	walks := flag.Int("walks", 10, "walks with deskfarm's walker")
+	oldWalks := flag.Int("old-walks", 4, "walks with the pyatspi walk in the guest")
+	flag.Parse()
+	if err := run(*walks, *oldWalks); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/a11y:", err)
+		os.Exit(1)
+	}
+}
+
+// page is a real page for Chromium: headings, paragraphs with links, a
+// form and a table, the kind of page OSWorld's Chrome tasks open.
+func page() string {
+	var b strings.Builder
+	b.WriteString("<!doctype html><html><head><title>Deskfarm a11y bench</title></head><body><h1>Accessibility bench</h1><nav>")
+	for i := range 20 {
+		fmt.Fprintf(&b, `<a href="#s%d">Section %d</a> `, i, i)
+	}
+	b.WriteString("</nav>")
+	for i := range 20 {
+		fmt.Fprintf(&b, `<h2 id="s%d">Section %d</h2><p>Paragraph %d with <a href="#s%d">a link</a>, <b>bold</b> and <i>italic</i> text, long enough to wrap over a line or two of the window.</p>`, i, i, i, (i+1)%20)
+	}
+	b.WriteString(`<form><label>Name <input value="deskfarm"></label><select><option>One</option><option>Two</option></select><input type="checkbox" checked><button>Send</button></form><table>`)
+	for r := range 8 {
+		b.WriteString("<tr>")
+		for c := range 5 {
+			fmt.Fprintf(&b, "<td>r%dc%d</td>", r, c)
+		}
+		b.WriteString("</tr>")
+	}
+	b.WriteString("</table></body></html>")
+	return b.String()
+}
+
+// sheet is a CSV Calc opens as a sheet of 40 rows and 8 columns.
+func sheet() string {
+	var b strings.Builder
+	for r := range 40 {
+		for c := range 8 {
+			if c > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%d", r*8+c)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func run(walks, oldWalks int) error {
+	ctx := context.Background()
+	m, _, err := farm.Open(ctx, stateDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		m.Close()
+		os.RemoveAll(stateDir)
+	}()
+	start := time.Now()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080})
+	if err != nil {
+		return err
+	}
+	defer m.Destroy(context.WithoutCancel(ctx), vm.ID)
+	fmt.Fprintf(os.Stderr, "vm %s ready in %v (accel %s)\n", vm.ID, time.Since(start).Round(time.Millisecond), vm.Accel)
+
+	sh := func(script string, timeout time.Duration) error {
+		res, err := guestx.Run(ctx, m, vm.ID, guestx.Cmd{Shell: script, Timeout: timeout})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		return err
+	}
+	if err := m.WriteFile(ctx, vm.ID, "/tmp/page.html", []byte(page()), 0o644); err != nil {
+		return err
+	}
+	if err := m.WriteFile(ctx, vm.ID, "/tmp/sheet.csv", []byte(sheet()), 0o644); err != nil {
+		return err
+	}
+	if err := sh(`(setsid google-chrome file:///tmp/page.html >/dev/null 2>&1 &)
+(setsid libreoffice --calc --infilter=CSV:44,34,76 /tmp/sheet.csv >/dev/null 2>&1 &)
+(setsid gnome-terminal >/dev/null 2>&1 &)`, time.Minute); err != nil {
+		return fmt.Errorf("open the apps: %w", err)
+	}
+	// The scene is up when the walk shows all three, with the page's and
+	// the sheet's contents.
+	want := []string{`name="Chromium"`, `Section 19`, `name="soffice"`, `name="gnome-terminal-server"`, `<table-cell`}
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		out, err := atspi.Read(ctx, m, vm.ID, atspi.ModeOSWorld)
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				missing = w
+				break
+			}
+		}
+		if err == nil && missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("scene not up after 6 min: missing %s (%v)", missing, err)
+		}
+		fmt.Fprintf(os.Stderr, "waiting for the scene: missing %s (%v)\n", missing, err)
+		time.Sleep(5 * time.Second)
+	}
+	fmt.Fprintf(os.Stderr, "scene up %v after the VM\n", time.Since(start).Round(time.Second))
+	time.Sleep(10 * time.Second) // let the apps settle
+
+	var ours, old []time.Duration
+	var oursNodes, oldNodes int
+	for i := 0; i < max(walks, oldWalks); i++ {
+		if i < walks {
+			t0 := time.Now()
+			out, err := atspi.Read(ctx, m, vm.ID, atspi.ModeOSWorld)
+			if err != nil {
+				return fmt.Errorf("walk %d: %w", i, err)
+			}
+			d := time.Since(t0)
+			ours, oursNodes = append(ours, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
+			fmt.Fprintf(os.Stderr, "deskfarm walk %d: %v, %d nodes, %d bytes\n", i, d.Round(time.Millisecond), oursNodes, len(out))
+		}
+		if i < oldWalks {
+			t0 := time.Now()
+			res, err := guestx.Run(ctx, m, vm.ID, guestx.Cmd{Argv: []string{"python3", "-", "tree"}, Stdin: oldWalk, Timeout: 3 * time.Minute})
+			if err != nil {
+				return fmt.Errorf("pyatspi walk %d: %w", i, err)
+			}
+			if res.ExitCode != 0 {
+				return fmt.Errorf("pyatspi walk %d: exit %d: %.300s", i, res.ExitCode, res.Stderr)
+			}
+			d := time.Since(t0)
+			out := res.Stdout
+			old, oldNodes = append(old, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
+			fmt.Fprintf(os.Stderr, "pyatspi walk %d: %v, %d nodes, %d bytes\n", i, d.Round(time.Millisecond), oldNodes, len(out))
+		}
+	}
+	fmt.Printf("| accessibility tree, osworld image (%s, 2 vCPU, 1920x1080): Chromium on a page, Calc with a sheet, gnome-terminal | walks | p50 | p95 | nodes |\n|---|---|---|---|---|\n", vm.Accel)
+	fmt.Printf("| deskfarm: Go walk on the host over the accessibility port | %d | %s | %s | %d |\n", len(ours), stats.MS(stats.Pct(ours, 50)), stats.MS(stats.Pct(ours, 95)), oursNodes)
+	fmt.Printf("| before: pyatspi walk in the guest (as OSWorld's server) | %d | %s | %s | %d |\n", len(old), stats.MS(stats.Pct(old, 50)), stats.MS(stats.Pct(old, 95)), oldNodes)
+	fmt.Printf("\nratio (before / deskfarm, p50): %s\n", stats.Ratio(old, ours))
+	return nil
+}
