@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,6 +105,26 @@ func TestE2EOSWorldImageThroughPorts(t *testing.T) {
 			if !strings.Contains(at.AT, want) {
 				t.Errorf("tree lacks %s (%d bytes)", want, len(at.AT))
 			}
+		}
+		// Walks at once take turns on the VM's port and each answers the
+		// whole tree; none leaves its relay running in the guest.
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				code, b := c.do("GET", "/accessibility", "", nil)
+				var at struct{ AT string }
+				if code != 200 || json.Unmarshal(b, &at) != nil || !strings.Contains(at.AT, `<application name="gnome-terminal-server"`) {
+					t.Errorf("concurrent walk %d: %d %.300s", i, code, b)
+				}
+				t.Logf("concurrent walk %d answered after %s", i, time.Since(start).Round(time.Millisecond))
+			}()
+		}
+		wg.Wait()
+		if out := c.exec("pgrep", "-af", "python3 - [0-9a-f]{16}$"); out.ReturnCode != 1 {
+			t.Errorf("a relay still runs in the guest after the walks: %+v", out)
 		}
 	})
 

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,9 +33,19 @@ var oldWalk []byte
 
 const stateDir = farm.DefaultStateDir + "-a11y"
 
+var outDir string
+
+// keep writes a walk's tree to outDir, when set.
+func keep(name string, b []byte) {
+	if outDir != "" {
+		_ = os.WriteFile(filepath.Join(outDir, name), b, 0o644)
+	}
+}
+
 func main() {
 	walks := flag.Int("walks", 10, "walks with deskfarm's walker")
 	oldWalks := flag.Int("old-walks", 4, "walks with the pyatspi walk in the guest")
+	flag.StringVar(&outDir, "out", "", "a directory to write the last tree of each walk to (deskfarm.xml, pyatspi.xml), to compare them")
 	flag.Parse()
 	if err := run(*walks, *oldWalks); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/a11y:", err)
@@ -152,6 +163,7 @@ func run(walks, oldWalks int) error {
 				return fmt.Errorf("walk %d: %w", i, err)
 			}
 			d := time.Since(t0)
+			keep("deskfarm.xml", out)
 			ours, oursNodes = append(ours, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
 			fmt.Fprintf(os.Stderr, "deskfarm walk %d: %v, %d nodes, %d bytes\n", i, d.Round(time.Millisecond), oursNodes, len(out))
 		}
@@ -166,6 +178,7 @@ func run(walks, oldWalks int) error {
 			}
 			d := time.Since(t0)
 			out := res.Stdout
+			keep("pyatspi.xml", out)
 			old, oldNodes = append(old, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
 			fmt.Fprintf(os.Stderr, "pyatspi walk %d: %v, %d nodes, %d bytes\n", i, d.Round(time.Millisecond), oldNodes, len(out))
 		}
