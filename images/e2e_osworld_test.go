@@ -2,10 +2,12 @@ package images_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/atspi"
 	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -199,42 +201,77 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	// the window title does not show it; its accessibility tree does.
 	must("setsid -f thunderbird >/dev/null 2>&1 </dev/null")
 	waitFor("Thunderbird window", "wmctrl -l", "Mozilla Thunderbird", 300*time.Second)
-	hub := `python -c "
-import pyatspi
-seen = 0
-def walk(node, depth):
-    global seen
-    seen += 1
-    if depth > 14 or seen > 4000:
-        return None
-    try:
-        role, name = node.getRoleName(), node.name or ''
-    except Exception:
-        return None
-    if role == 'dialog' or 'Account Hub' in name or 'Set up your existing email' in name:
-        return role + ' ' + repr(name)
-    for child in node:
-        if child is not None:
-            hit = walk(child, depth + 1)
-            if hit:
-                return hit
-    return None
-apps = [a for a in pyatspi.Registry.getDesktop(0) if a is not None and 'thunderbird' in (a.name or '').lower()]
-frames = [f for a in apps for f in a if f is not None and 'Thunderbird' in (f.name or '')]
-if not frames:
-    print('no frame yet')
-else:
-    hit = walk(frames[0], 0)
-    print('hub: ' + hit if hit else 'no hub in %d nodes' % seen)
-"`
-	waitFor("Thunderbird in the AT-SPI tree", hub, " nodes", 180*time.Second)
+	// The trees are read with deskfarm's walk (package atspi, what
+	// /accessibility answers): seconds a look, where a pyatspi walk in the
+	// guest took most of a minute.
+	type node struct {
+		Role, Title string
+		Children    []*node
+	}
+	tree := func() (*node, error) {
+		out, err := atspi.Read(ctx, m, vm.ID, atspi.ModeCua)
+		if err != nil {
+			return nil, err
+		}
+		var root node
+		return &root, json.Unmarshal(out, &root)
+	}
+	// hub looks in Thunderbird's frame for the first-run account setup: a
+	// dialog, or the hub's own names.
+	hub := func(root *node) (found string, frames int) {
+		var walk func(n *node, depth int) string
+		walk = func(n *node, depth int) string {
+			if n.Role == "dialog" || strings.Contains(n.Title, "Account Hub") || strings.Contains(n.Title, "Set up your existing email") {
+				return n.Role + " " + n.Title
+			}
+			for _, c := range n.Children {
+				if depth < 14 {
+					if hit := walk(c, depth+1); hit != "" {
+						return hit
+					}
+				}
+			}
+			return ""
+		}
+		for _, app := range root.Children {
+			if !strings.Contains(strings.ToLower(app.Title), "thunderbird") {
+				continue
+			}
+			for _, f := range app.Children {
+				if strings.Contains(f.Title, "Thunderbird") {
+					frames++
+					if hit := walk(f, 0); hit != "" {
+						return hit, frames
+					}
+				}
+			}
+		}
+		return "", frames
+	}
+	until := func(what string, limit time.Duration, ok func(*node) bool) {
+		t.Helper()
+		deadline := time.Now().Add(limit)
+		for {
+			root, err := tree()
+			if err == nil && ok(root) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s (last walk: %v)", what, limit, err)
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
+	until("Thunderbird in the AT-SPI tree", 180*time.Second, func(r *node) bool { _, n := hub(r); return n > 0 })
 	// The hub opens once the window has loaded; look a few times more.
 	for i := 0; i < 5; i++ {
-		out, _, err := run(hub, 90*time.Second)
-		if err == nil && strings.Contains(out, "hub: ") {
-			t.Fatalf("Thunderbird opened its first-run account setup: %s", out)
+		root, err := tree()
+		if err != nil {
+			t.Fatalf("accessibility walk: %v", err)
 		}
-		t.Logf("Thunderbird's tree, look %d: %s", i+1, strings.TrimSpace(out))
+		if hit, _ := hub(root); hit != "" {
+			t.Fatalf("Thunderbird opened its first-run account setup: %s", hit)
+		}
 		time.Sleep(3 * time.Second)
 	}
 	if out := must("wmctrl -l"); strings.Contains(out, "Account Setup") {
@@ -243,9 +280,16 @@ else:
 
 	// Chromium and VLC (Qt) publish their trees too: accessibility is on
 	// for the whole session, not only for GTK.
-	apps := `python -c "import pyatspi; print(sorted(a.name for a in pyatspi.Registry.getDesktop(0)))"`
-	waitFor("Chromium in the AT-SPI tree", apps, "'Chromium'", 120*time.Second)
-	waitFor("VLC in the AT-SPI tree", apps, "'vlc'", 120*time.Second)
+	for _, app := range []string{"Chromium", "vlc"} {
+		until(app+" in the AT-SPI tree", 120*time.Second, func(r *node) bool {
+			for _, a := range r.Children {
+				if a.Role == "application" && a.Title == app {
+					return true
+				}
+			}
+			return false
+		})
+	}
 
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
