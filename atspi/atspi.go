@@ -90,32 +90,39 @@ const (
 // Nothing is left running in the guest: the relay ends with the
 // connection, and is killed if it does not.
 func Read(ctx context.Context, g Guest, vm string, m Mode) ([]byte, error) {
+	out, _, err := ReadStats(ctx, g, vm, m)
+	return out, err
+}
+
+// ReadStats is Read with what the walk asked and how long each
+// application took, as far as it got on an error too (bench/a11y).
+func ReadStats(ctx context.Context, g Guest, vm string, m Mode) ([]byte, Stats, error) {
 	switch m {
 	case ModeOSWorld, ModeCua, ModeTerminal:
 	default:
-		return nil, fmt.Errorf("accessibility mode %q: accepted modes are tree, cua, terminal", m)
+		return nil, Stats{}, fmt.Errorf("accessibility mode %q: accepted modes are tree, cua, terminal", m)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, Timeout, fmt.Errorf("the accessibility walk did not finish within %s: %w", Timeout, vmm.ErrTimeout))
 	defer cancel()
-	root, _, err := walkVM(ctx, g, vm, m)
+	root, st, err := walkVM(ctx, g, vm, m)
 	if err != nil {
 		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
 			err = c
 		}
-		return nil, fmt.Errorf("accessibility %s of vm %s: %w", m, vm, err)
+		return nil, st, fmt.Errorf("accessibility %s of vm %s: %w", m, vm, err)
 	}
 	switch m {
 	case ModeOSWorld:
-		return XML(root), nil
+		return XML(root), st, nil
 	case ModeCua:
-		return CuaJSON(root), nil
+		return CuaJSON(root), st, nil
 	}
 	var text *string
 	if t := focusedTerminal(root); t != nil {
 		s := strings.TrimRight(t.Text, " \t\n\r\v\f")
 		text = &s
 	}
-	return TerminalJSON(text), nil
+	return TerminalJSON(text), st, nil
 }
 
 // walkVM connects to vm's port, starts the relay, and walks.

@@ -164,6 +164,14 @@ func TestReadRealBus(t *testing.T) {
 		}
 	}
 
+	// The widget factory's tree came in one call, from its bridge's cache
+	// (the walk's event listener turns the cache on), but for the objects
+	// the cache leaves out.
+	_, st, err := ReadStats(ctx, g, "vm", ModeOSWorld)
+	if err != nil || len(st.PerApp) != 1 || !st.PerApp[0].Cached || st.CachedNodes < st.Nodes/2 {
+		t.Errorf("walk without the application's cache: %v %+v", err, st)
+	}
+
 	out, err := Read(ctx, g, "vm", ModeCua)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,8 @@ const (
 // AT-SPI's D-Bus names (at-spi2-core xml/*.xml).
 const (
 	registryBus  = "org.a11y.atspi.Registry"
+	registryPath = dbus.ObjectPath("/org/a11y/atspi/registry")
+	ifRegistry   = "org.a11y.atspi.Registry"
 	rootPath     = dbus.ObjectPath("/org/a11y/atspi/accessible/root")
 	cachePath    = dbus.ObjectPath("/org/a11y/atspi/cache")
 	ifAccessible = "org.a11y.atspi.Accessible"
@@ -62,6 +64,21 @@ type Stats struct {
 	Apps, Nodes, Calls, CachedNodes int
 	// Hung names the applications that let a call lapse (callTimeout).
 	Hung []string
+	// PerApp is each application's share, in the desktop's order.
+	PerApp []AppStats
+}
+
+// AppStats is one application's part of a walk.
+type AppStats struct {
+	Name         string
+	Nodes, Calls int
+	Cached       bool // its tree came from Cache.GetItems
+	CacheErr     string
+	// Calc's sheets: cells probed, kept, and the time the scans took.
+	CalcProbes, CalcCells int
+	CalcScan              time.Duration
+	Cache, Walk           time.Duration
+	Build, Details        time.Duration
 }
 
 // objRef is an object's D-Bus reference: the application's bus name and
@@ -139,18 +156,27 @@ type cacheItemOld struct {
 // cut short, never the walk.
 func Walk(ctx context.Context, conn *dbus.Conn, mode Mode) (*Node, Stats, error) {
 	w := &walker{conn: conn, mode: mode}
+	// An application's bridge (at-spi2-atk) makes its cache only once some
+	// client listens for events, as screen readers and libatspi do: one
+	// rare event, so the walk gets the cache without the applications
+	// sending it anything. The registry announces the listener before it
+	// answers, so each application has it queued before our first call;
+	// it is dropped when this connection closes (at-spi2-core 2.46
+	// atk-adaptor/bridge.c spi_atk_add_client, registryd RegisterEvent).
+	_ = w.call(ctx, objRef{registryBus, registryPath}, ifRegistry+".RegisterEvent", []any{"window:desktop-create"})
 	var apps []objRef
 	if err := w.call(ctx, objRef{registryBus, rootPath}, ifAccessible+".GetChildren", nil, &apps); err != nil {
 		return nil, w.stats(), fmt.Errorf("list the desktop's applications: %w", err)
 	}
 	root := &Node{Role: "desktop frame"}
 	kids := make([]*Node, len(apps))
+	w.perApp = make([]AppStats, len(apps))
 	var wg sync.WaitGroup
 	for i, a := range apps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			kids[i] = w.app(ctx, a)
+			kids[i] = w.app(ctx, a, &w.perApp[i])
 		}()
 	}
 	wg.Wait()
@@ -171,6 +197,8 @@ type walker struct {
 	calls atomic.Int64
 	built atomic.Int64 // nodes, against MaxNodes
 
+	perApp []AppStats
+
 	mu     sync.Mutex
 	apps   int
 	nodes  int
@@ -181,7 +209,7 @@ type walker struct {
 func (w *walker) stats() Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Stats{Apps: w.apps, Nodes: w.nodes, Calls: int(w.calls.Load()), CachedNodes: w.cached, Hung: w.hung}
+	return Stats{Apps: w.apps, Nodes: w.nodes, Calls: int(w.calls.Load()), CachedNodes: w.cached, Hung: w.hung, PerApp: w.perApp}
 }
 
 // call makes one method call and stores its reply in out.
@@ -208,10 +236,12 @@ var errCallTimeout = errors.New("no answer within the call timeout")
 // semaphore, and once one lapses the application is hung and every later
 // call fails at once.
 type appWalk struct {
-	w    *walker
-	name string
-	sem  chan struct{}
-	hung atomic.Bool
+	w     *walker
+	name  string
+	sem   chan struct{}
+	hung  atomic.Bool
+	calls atomic.Int64
+	st    *AppStats
 
 	items map[dbus.ObjectPath]*item
 	kids  map[dbus.ObjectPath][]*item
@@ -234,6 +264,7 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 		return ctx.Err()
 	}
 	defer func() { <-a.sem }()
+	a.calls.Add(1)
 	err := a.w.call(ctx, r, method, args, out...)
 	if errors.Is(err, errCallTimeout) && ctx.Err() == nil && !a.hung.Swap(true) {
 		a.w.mu.Lock()
@@ -243,9 +274,16 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 	return err
 }
 
-func (w *walker) app(ctx context.Context, ref objRef) *Node {
-	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}}
-	a.loadCache(ctx, ref.Name)
+func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
+	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}, st: st}
+	t0 := time.Now()
+	defer func() {
+		st.Walk, st.Nodes, st.Calls = time.Since(t0), len(a.all), int(a.calls.Load())+1
+	}()
+	if err := a.loadCache(ctx, ref.Name); err != nil {
+		st.CacheErr = err.Error()
+	}
+	st.Cache, st.Cached = time.Since(t0), len(a.items) > 0
 	root := a.items[ref.Path]
 	if root == nil {
 		var err error
@@ -253,13 +291,18 @@ func (w *walker) app(ctx context.Context, ref objRef) *Node {
 			return nil
 		}
 	}
+	st.Name = root.name
 	if w.mode == ModeTerminal && root.name != "gnome-terminal-server" {
 		// The terminal's text is all this mode reads: other programs
 		// are named and left.
 		return &Node{Role: roleName(root.role), Name: root.name}
 	}
+	t1 := time.Now()
 	node := a.build(ctx, root, 1, "")
+	st.Build = time.Since(t1)
+	t2 := time.Now()
 	a.details(ctx)
+	st.Details = time.Since(t2)
 	w.mu.Lock()
 	w.apps++
 	w.nodes += len(a.all)
@@ -270,7 +313,7 @@ func (w *walker) app(ctx context.Context, ref objRef) *Node {
 // loadCache fills items from the application's Cache.GetItems: its whole
 // tree as it keeps it, in one call. An application without the cache (or
 // whose cache is cut short) is walked live where the cache lacks nodes.
-func (a *appWalk) loadCache(ctx context.Context, bus string) {
+func (a *appWalk) loadCache(ctx context.Context, bus string) error {
 	var c *dbus.Call
 	func() {
 		a.w.calls.Add(1)
@@ -279,7 +322,7 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) {
 		c = a.w.conn.Object(bus, cachePath).CallWithContext(cctx, ifCache+".GetItems", 0)
 	}()
 	if c.Err != nil {
-		return
+		return c.Err
 	}
 	var items []cacheItem
 	if err := c.Store(&items); err == nil {
@@ -288,11 +331,11 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) {
 			copy(it.states[:], ci.States)
 			a.add(it, ci.Parent)
 		}
-		return
+		return nil
 	}
 	var old []cacheItemOld
 	if err := c.Store(&old); err != nil {
-		return
+		return fmt.Errorf("GetItems answered %s: %w", c.Body[0], err)
 	}
 	for _, ci := range old {
 		it := &item{ref: ci.Ref, index: -1, count: int32(len(ci.Children)), ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path}
@@ -307,6 +350,7 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) {
 			}
 		}
 	}
+	return nil
 }
 
 func (a *appWalk) add(it *item, parent objRef) {
@@ -468,6 +512,8 @@ func (a *appWalk) calcCells(ctx context.Context, t *item) []*item {
 		total = math.MaxInt32 // a count past int32 wraps in the cache
 	}
 	sc := &calcScanner{a: a, t: t, ncols: ncols, total: total}
+	t0 := time.Now()
+	defer func() { a.st.CalcScan += time.Since(t0) }()
 	var out []*item
 	// The first showing row, scanned as OSWorld does.
 	r, base := 0, int64(0)
@@ -553,6 +599,7 @@ func (sc *calcScanner) row(ctx context.Context, base, c int64, probed []*item, w
 // probe asks the table for n cells from index i0 and their states.
 func (sc *calcScanner) probe(ctx context.Context, i0 int64, n int) []*item {
 	out := make([]*item, max(n, 0))
+	sc.a.st.CalcProbes += len(out)
 	var wg sync.WaitGroup
 	for i := range out {
 		wg.Add(1)
@@ -576,21 +623,44 @@ func (sc *calcScanner) probe(ctx context.Context, i0 int64, n int) []*item {
 	return out
 }
 
-// withBasics asks the cells kept for the rest of their basics (name,
-// child count, role, interfaces); a cell that fails is left out.
+// withBasics asks the cells kept for the rest of their basics. The first
+// is asked everything (name, child count, role, interfaces); the others
+// only their names, and take the rest from it: a sheet's cells are all of
+// one class in LibreOffice (ScAccessibleCell), with one role, one set of
+// interfaces and no children. That is 4 calls a cell fewer, where a
+// 1920x1080 sheet shows about 1,300 cells and LibreOffice under TCG
+// answers about 600 calls a second (docs/benchmarks.md). A cell that fails
+// is left out.
 func (a *appWalk) withBasics(ctx context.Context, cells []*item) []*item {
+	a.st.CalcCells += len(cells)
+	var proto *item
+	for i, c := range cells {
+		full, err := a.basics(ctx, c.ref)
+		if err == nil {
+			full.index, full.states = c.index, c.states
+			cells[i], proto = full, full
+			break
+		}
+		cells[i] = nil
+	}
+	if proto == nil {
+		return nil
+	}
 	var wg sync.WaitGroup
 	for i, c := range cells {
+		if c == nil || c == proto {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			full, err := a.basics(ctx, c.ref)
-			if err != nil {
+			var name dbus.Variant
+			if a.call(ctx, c.ref, ifProps+".Get", []any{ifAccessible, "Name"}, &name) != nil {
 				cells[i] = nil
 				return
 			}
-			full.index = c.index
-			cells[i] = full
+			c.name, _ = name.Value().(string)
+			c.role, c.ifaces, c.count = proto.role, proto.ifaces, proto.count
 		}()
 	}
 	wg.Wait()

@@ -280,6 +280,26 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 
 	// Chromium and VLC (Qt) publish their trees too: accessibility is on
 	// for the whole session, not only for GTK.
+	// The page's own tree too (the wrapper's --force-renderer-accessibility),
+	// not only the browser's window: OSWorld's a11y_tree observations read
+	// the page.
+	must(`printf '<html><title>deskfarm a11y page</title><body><h1>Deskfarm page heading</h1><a href="#x">deskfarm page link</a></body></html>' >/tmp/a11y.html`)
+	must("setsid -f google-chrome file:///tmp/a11y.html >/dev/null 2>&1 </dev/null")
+	until("the page's heading in Chromium's tree", 180*time.Second, func(r *node) bool {
+		var find func(n *node) bool
+		find = func(n *node) bool {
+			if n.Title == "Deskfarm page heading" || n.Title == "deskfarm page link" {
+				return true
+			}
+			for _, c := range n.Children {
+				if find(c) {
+					return true
+				}
+			}
+			return false
+		}
+		return find(r)
+	})
 	for _, app := range []string{"Chromium", "vlc"} {
 		until(app+" in the AT-SPI tree", 120*time.Second, func(r *node) bool {
 			for _, a := range r.Children {
