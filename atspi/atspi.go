@@ -76,6 +76,9 @@ var relayScript []byte
 // portPath is the accessibility port in the guest (udev's name for it).
 const portPath = "/dev/virtio-ports/org.deskfarm.a11y.0"
 
+// portOpen opens the port as fd 3 as root, then runs "$@".
+const portOpen = `i=0; while ! true 3<>"$0" 2>/dev/null && [ $i -lt 20 ]; do i=$((i+1)); sleep 0.1; done; exec 3<>"$0" && exec "$@"`
+
 // Relay exit codes (relay.py).
 const (
 	exitNoBus   = 3
@@ -90,13 +93,21 @@ const (
 // Nothing is left running in the guest: the relay ends with the
 // connection, and is killed if it does not.
 func Read(ctx context.Context, g Guest, vm string, m Mode) ([]byte, error) {
-	out, _, err := ReadStats(ctx, g, vm, m)
+	out, _, err := ReadStats(ctx, g, vm, m, Options{})
 	return out, err
 }
 
-// ReadStats is Read with what the walk asked and how long each
-// application took, as far as it got on an error too (bench/a11y).
-func ReadStats(ctx context.Context, g Guest, vm string, m Mode) ([]byte, Stats, error) {
+// Options change what a walk answers.
+type Options struct {
+	// AppNames renames applications (the desktop's children) by their
+	// names, e.g. the osworld image's Chromium as Google Chrome, whose
+	// name OSWorld's getters look for (osworld.ChromeAppNames).
+	AppNames map[string]string
+}
+
+// ReadStats is Read with opts, and with what the walk asked and how long
+// each application took, as far as it got on an error too (bench/a11y).
+func ReadStats(ctx context.Context, g Guest, vm string, m Mode, opts Options) ([]byte, Stats, error) {
 	switch m {
 	case ModeOSWorld, ModeCua, ModeTerminal:
 	default:
@@ -110,6 +121,11 @@ func ReadStats(ctx context.Context, g Guest, vm string, m Mode) ([]byte, Stats, 
 			err = c
 		}
 		return nil, st, fmt.Errorf("accessibility %s of vm %s: %w", m, vm, err)
+	}
+	for _, app := range root.Children {
+		if to, ok := opts.AppNames[app.Name]; ok {
+			app.Name = to
+		}
 	}
 	switch m {
 	case ModeOSWorld:
@@ -133,7 +149,6 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 	}
 	// The host must be connected before the relay starts: the guest reads
 	// end-of-file on a port no host holds.
-	defer conn.Close()
 	if d, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(d) // a stalled guest cannot outlast the walk
 	}
@@ -146,7 +161,10 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 	}
 	// Root opens the port as fd 3, then guestx becomes the desktop user
 	// (the bus takes only its user's connections), keeping fd 3.
-	req.Argv = append([]string{"sh", "-c", `exec 3<>"$0" && exec "$@"`, portPath}, req.Argv...)
+	// A relay that was killed may hold the port for a moment more: try the
+	// open a few times (true, a regular builtin: a failed redirection on
+	// exec would end the shell) before the real one.
+	req.Argv = append([]string{"sh", "-c", portOpen, portPath}, req.Argv...)
 	rctx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relay := make(chan relayResult, 1)
 	go func() {
@@ -154,7 +172,14 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 		relay <- relayResult{res, err}
 	}()
 	defer func() {
-		conn.Close() // the relay reads end-of-file and exits
+		// The relay reads end-of-file and exits; the port stays ours
+		// (vmm's gate) until it has, or a next walk's relay would find
+		// the port still open in the guest (EBUSY).
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			conn.Close()
+		}
 		select {
 		case <-relay:
 		case <-time.After(5 * time.Second):
@@ -162,6 +187,7 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 			<-relay
 		}
 		stopRelay()
+		conn.Close()
 	}()
 
 	hello := make(chan helloResult, 1)

@@ -116,7 +116,7 @@ func (g *localGuest) Exec(ctx context.Context, _ string, req vmm.ExecRequest) (v
 	g.mu.Unlock()
 	defer port.Close()
 	a := req.Argv
-	if len(a) < 5 || a[0] != "sh" || a[3] != portPath || !strings.Contains(a[2], `exec 3<>"$0"`) {
+	if len(a) < 5 || a[0] != "sh" || a[2] != portOpen || a[3] != portPath {
 		return vmm.ExecResult{ExitCode: 2, Stderr: []byte("not the port wrapper")}, nil
 	}
 	c, ok := guestx.Unwrap(vmm.ExecRequest{Argv: a[4:], Stdin: req.Stdin})
@@ -167,7 +167,7 @@ func TestReadRealBus(t *testing.T) {
 	// The widget factory's tree came in one call, from its bridge's cache
 	// (the walk's event listener turns the cache on), but for the objects
 	// the cache leaves out.
-	_, st, err := ReadStats(ctx, g, "vm", ModeOSWorld)
+	_, st, err := ReadStats(ctx, g, "vm", ModeOSWorld, Options{})
 	if err != nil || len(st.PerApp) != 1 || !st.PerApp[0].Cached || st.CachedNodes < st.Nodes/2 {
 		t.Errorf("walk without the application's cache: %v %+v", err, st)
 	}
@@ -194,6 +194,11 @@ func TestReadRealBus(t *testing.T) {
 	}
 	if b := find(&root); b == nil || b.Position == nil || b.Size == nil || b.Size.Width <= 0 {
 		t.Errorf("cua: Minimize button %+v, want one with a box", b)
+	}
+	// Options.AppNames renames an application, and only that.
+	renamed, _, err := ReadStats(ctx, g, "vm", ModeOSWorld, Options{AppNames: map[string]string{"gtk3-widget-factory": "Widget Factory"}})
+	if err != nil || !strings.Contains(string(renamed), `<application name="Widget Factory">`) || strings.Contains(string(renamed), `"gtk3-widget-factory"`) {
+		t.Errorf("renamed application: %v %.300s", err, renamed)
 	}
 	if out, err := Read(ctx, g, "vm", ModeTerminal); err != nil || string(out) != `{"output":null}` {
 		t.Errorf("terminal without gnome-terminal: %s %v", out, err)

@@ -142,6 +142,18 @@ func TestE2EOSWorldImageThroughPorts(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return resp.StatusCode == 200 && strings.Contains(string(b), `"Browser"`)
 		})
+		// OSWorld's get_active_url_from_accessTree finds the address bar
+		// as "application[name=Google Chrome] entry[name=Address and
+		// search bar]": /accessibility names Chromium so (ChromeAppNames).
+		until(t, 2*time.Minute, "Chrome's address bar in /accessibility", func() bool {
+			code, b := c.do("GET", "/accessibility", "", nil)
+			var at struct{ AT string }
+			if code != 200 || json.Unmarshal(b, &at) != nil {
+				return false
+			}
+			i := strings.Index(at.AT, `<application name="Google Chrome"`)
+			return i >= 0 && strings.Contains(at.AT[i:], `<entry name="Address and search bar"`) && !strings.Contains(at.AT, `<application name="Chromium"`)
+		})
 	})
 
 	t.Run("vlc's status.xml answers on the forwarded port", func(t *testing.T) {

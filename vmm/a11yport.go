@@ -17,7 +17,8 @@ const a11ySockName = "a11y.sock"
 // (package atspi runs a relay to the desktop's AT-SPI bus there, so the
 // walk runs on the host rather than in the guest's slow CPU). The port
 // takes one connection at a time: a second caller waits until the first
-// connection is closed, or for its ctx. VMs made before hardware version 3
+// connection is closed, or for its ctx. CloseWrite ends the stream but
+// holds the port until Close. VMs made before hardware version 3
 // have no port (ErrInvalid, saying so).
 func (m *Manager) DialA11y(ctx context.Context, id string) (net.Conn, error) {
 	mc, _, err := m.ready(id, "accessibility")
@@ -64,4 +65,15 @@ func (c *gatedConn) Close() error {
 	err := c.Conn.Close()
 	c.release()
 	return err
+}
+
+// CloseWrite ends the host's side of the stream and keeps the gate: QEMU
+// then drops the connection, the guest sees the port's host go, and what
+// ran there can finish before the next caller's may open the port (a
+// virtio-serial port opens once at a time in the guest).
+func (c *gatedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }

@@ -159,7 +159,7 @@ func run(walks, oldWalks int) error {
 	for i := 0; i < max(walks, oldWalks); i++ {
 		if i < walks {
 			t0 := time.Now()
-			out, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld)
+			out, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
 			if err != nil {
 				return fmt.Errorf("walk %d: %w", i, err)
 			}
