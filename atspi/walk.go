@@ -242,6 +242,9 @@ type appWalk struct {
 	hung  atomic.Bool
 	calls atomic.Int64
 	st    *AppStats
+	// actionNames maps the application's localized action names to
+	// their names (GetName).
+	actionNames sync.Map
 
 	items map[dbus.ObjectPath]*item
 	kids  map[dbus.ObjectPath][]*item
@@ -737,14 +740,22 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 				return
 			}
 			// GetActions answers localized names; OSWorld's server
-			// (pyatspi's getName) writes GetName's.
+			// (pyatspi's getName) writes GetName's. An application
+			// localizes a name the same way wherever it is, so each
+			// localized name is asked once per application (Chromium's
+			// nodes have two actions each: 1,200 calls of a page's 5,600).
 			var wg sync.WaitGroup
 			for i := range actions {
+				if n, ok := a.actionNames.Load(actions[i].Name); ok && actions[i].Name != "" {
+					actions[i].Name = n.(string)
+					continue
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					var s string
 					if a.call(ctx, it.ref, ifAction+".GetName", []any{int32(i)}, &s) == nil {
+						a.actionNames.Store(actions[i].Name, s)
 						actions[i].Name = s
 					}
 				}()

@@ -285,7 +285,10 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	// the page.
 	must(`printf '<html><title>deskfarm a11y page</title><body><h1>Deskfarm page heading</h1><a href="#x">deskfarm page link</a></body></html>' >/tmp/a11y.html`)
 	must("setsid -f google-chrome file:///tmp/a11y.html >/dev/null 2>&1 </dev/null")
+	// A covered window's page is not in Chromium's tree (its document is
+	// 0x0): raise the page's window on each look.
 	until("the page's heading in Chromium's tree", 180*time.Second, func(r *node) bool {
+		_, _, _ = run("wmctrl -a 'deskfarm a11y page'", 30*time.Second)
 		var find func(n *node) bool
 		find = func(n *node) bool {
 			if n.Title == "Deskfarm page heading" || n.Title == "deskfarm page link" {

@@ -1,7 +1,7 @@
 // Command a11y measures the accessibility tree on the osworld image (issue
 // 18 item 1) under whatever accelerator the host gives (TCG here): one VM
-// with Chromium on a real page, LibreOffice Calc with a sheet and a
-// terminal open, then walks of its tree as OSWorld's XML, deskfarm's walk
+// with Chromium on a real page (left half of the screen), LibreOffice Calc
+// with a sheet (right half) and a terminal open, then walks of its tree as OSWorld's XML, deskfarm's walk
 // (package atspi: on the host, over the VM's accessibility port) and the
 // pyatspi walk in the guest that deskfarm ran before and OSWorld's server
 // runs (pyatspi_walk.py), alternating so both see the same desktop and
@@ -128,11 +128,20 @@ func run(walks, oldWalks int) error {
 (setsid gnome-terminal >/dev/null 2>&1 &)`, time.Minute); err != nil {
 		return fmt.Errorf("open the apps: %w", err)
 	}
+	// Chromium shows no page in its tree while its window is covered (its
+	// document is 0x0), and Calc opens maximized over it: the browser
+	// takes the left half of the screen, Calc the right, the terminal
+	// stays under them.
+	arrange := `for w in "Deskfarm a11y bench" "LibreOffice Calc"; do wmctrl -r "$w" -b remove,maximized_vert,maximized_horz; done 2>/dev/null
+wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreOffice Calc" -e 0,960,0,960,1040 2>/dev/null; true`
 	// The scene is up when the walk shows all three, with the page's and
 	// the sheet's contents.
 	want := []string{`name="Chromium"`, `Section 19`, `name="soffice"`, `name="gnome-terminal-server"`, `<table-cell`}
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
+		if err := sh(arrange, time.Minute); err != nil {
+			return fmt.Errorf("arrange the windows: %w", err)
+		}
 		out, err := atspi.Read(ctx, m, vm.ID, atspi.ModeOSWorld)
 		missing := ""
 		for _, w := range want {
