@@ -236,12 +236,13 @@ var errCallTimeout = errors.New("no answer within the call timeout")
 // semaphore, and once one lapses the application is hung and every later
 // call fails at once.
 type appWalk struct {
-	w     *walker
-	name  string
-	sem   chan struct{}
-	hung  atomic.Bool
-	calls atomic.Int64
-	st    *AppStats
+	w      *walker
+	name   string
+	sem    chan struct{}
+	hung   atomic.Bool
+	calls  atomic.Int64
+	st     *AppStats
+	probes atomic.Int64 // Calc cells probed
 	// actionNames maps the application's localized action names to
 	// their names (GetName).
 	actionNames sync.Map
@@ -282,6 +283,7 @@ func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 	t0 := time.Now()
 	defer func() {
 		st.Walk, st.Nodes, st.Calls = time.Since(t0), len(a.all), int(a.calls.Load())+1
+		st.CalcProbes = int(a.probes.Load())
 	}()
 	if err := a.loadCache(ctx, ref.Name); err != nil {
 		st.CacheErr = err.Error()
@@ -430,20 +432,20 @@ func (a *appWalk) children(ctx context.Context, it *item) []*item {
 			return kids[:n]
 		}
 	}
-	return a.live(ctx, it, 0, n)
+	return a.live(ctx, it, n)
 }
 
-// live asks it for its children from index i0 on, n of them, and the
-// basics of those the cache lacks; a child that fails is left out.
-func (a *appWalk) live(ctx context.Context, it *item, i0, n int) []*item {
+// live asks it for its first n children, and the basics of those the
+// cache lacks; a child that fails is left out.
+func (a *appWalk) live(ctx context.Context, it *item, n int) []*item {
 	out := make([]*item, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var r objRef
-			if err := a.call(ctx, it.ref, ifAccessible+".GetChildAtIndex", []any{int32(i0 + i)}, &r); err != nil || r.Path == "" || r.Path == "/org/a11y/atspi/null" {
+			r, ok := a.childAt(ctx, it.ref, int64(i))
+			if !ok {
 				return
 			}
 			if c := a.items[r.Path]; c != nil && r.Name == a.name {
@@ -451,13 +453,22 @@ func (a *appWalk) live(ctx context.Context, it *item, i0, n int) []*item {
 				return
 			}
 			if c, err := a.basics(ctx, r); err == nil {
-				c.index = int32(i0 + i)
+				c.index = int32(i)
 				out[i] = c
 			}
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// childAt is parent's child at index i, false when it has none there.
+func (a *appWalk) childAt(ctx context.Context, parent objRef, i int64) (objRef, bool) {
+	var r objRef
+	if a.call(ctx, parent, ifAccessible+".GetChildAtIndex", []any{int32(i)}, &r) != nil || r.Path == "" || r.Path == "/org/a11y/atspi/null" {
+		return r, false
+	}
+	return r, true
 }
 
 // build makes the node of it and its subtree; flag is "calc" under a
@@ -602,15 +613,15 @@ func (sc *calcScanner) row(ctx context.Context, base, c int64, probed []*item, w
 // probe asks the table for n cells from index i0 and their states.
 func (sc *calcScanner) probe(ctx context.Context, i0 int64, n int) []*item {
 	out := make([]*item, max(n, 0))
-	sc.a.st.CalcProbes += len(out)
+	sc.a.probes.Add(int64(len(out)))
 	var wg sync.WaitGroup
 	for i := range out {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var r objRef
 			a := sc.a
-			if a.call(ctx, sc.t.ref, ifAccessible+".GetChildAtIndex", []any{int32(i0 + int64(i))}, &r) != nil || r.Path == "" || r.Path == "/org/a11y/atspi/null" {
+			r, ok := a.childAt(ctx, sc.t.ref, i0+int64(i))
+			if !ok {
 				return
 			}
 			var states []uint32
