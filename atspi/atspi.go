@@ -208,7 +208,10 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 	case <-ctx.Done():
 		return nil, Stats{}, ctx.Err()
 	}
-	bus, err := dbus.NewConn(conn)
+	// godbus closes its stream on bus.Close, which runs before the
+	// deferred wait above: it gets a stream whose Close only ends the
+	// host's side, so the port stays ours until the relay has exited.
+	bus, err := dbus.NewConn(halfCloser{conn})
 	if err != nil {
 		return nil, Stats{}, err
 	}
@@ -308,4 +311,15 @@ func (b byteReader) ReadByte() (byte, error) {
 		return 0, err
 	}
 	return p[0], nil
+}
+
+// halfCloser is a stream whose Close ends only the writing side (the port
+// itself is closed once the relay has exited).
+type halfCloser struct{ net.Conn }
+
+func (h halfCloser) Close() error {
+	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
