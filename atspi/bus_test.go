@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -45,8 +44,23 @@ func startDesktop(t *testing.T) *desktop {
 			d.kill[i]()
 		}
 	})
-	display := fmt.Sprintf(":%d", 90+os.Getpid()%400)
-	d.start(t, nil, "Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp")
+	// Xvfb picks a free display and names it on fd 3 once it accepts
+	// clients: no clash with another test's display, no client started
+	// before the server is up.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	xvfb := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", "1280x800x24", "-nolisten", "tcp")
+	xvfb.ExtraFiles = []*os.File{w}
+	d.track(t, xvfb, "Xvfb")
+	w.Close()
+	n, err := bufio.NewReader(r).ReadString('\n')
+	r.Close()
+	if err != nil {
+		t.Fatalf("Xvfb named no display: %v", err)
+	}
+	display := ":" + strings.TrimSpace(n)
 	d.env = []string{"DISPLAY=" + display, "HOME=" + t.TempDir(), "LANG=C.UTF-8", "PATH=/usr/bin:/bin"}
 	// The session bus prints its address; the services it starts (the
 	// accessibility bus launcher, the registry) stay in its process group.
@@ -66,11 +80,19 @@ func (d *desktop) start(t *testing.T, env []string, name string, args ...string)
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.track(t, cmd, name)
+	return cmd, out
+}
+
+// track starts cmd in a process group of its own, the whole group killed
+// at cleanup.
+func (d *desktop) track(t *testing.T, cmd *exec.Cmd, name string) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -79,7 +101,6 @@ func (d *desktop) start(t *testing.T, env []string, name string, args ...string)
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 	})
-	return cmd, out
 }
 
 // localGuest is the VM layer for a walk of the host's desktop: the port is

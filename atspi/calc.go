@@ -1,0 +1,185 @@
+package atspi
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// calcCells are the cells of a Calc sheet on screen: a sheet has a million
+// rows, so only those, found as OSWorld's server finds them (the first
+// showing column of the first showing row, then each row from that column
+// while its cells show, until a row's first cell does not). Cells are
+// probed with the two calls that scan makes (child, state), a window at a
+// time; once the first row is known, eight rows at once, each as wide as
+// the first row and one more. Only the cells kept are then asked the rest.
+func (a *appWalk) calcCells(ctx context.Context, t *item) []*item {
+	ncols := int64(16384)
+	var v dbus.Variant
+	if a.call(ctx, t.ref, ifProps+".Get", []any{ifTable, "NColumns"}, &v) == nil {
+		if c, ok := v.Value().(int32); ok && c > 0 {
+			ncols = int64(c)
+		}
+	}
+	total := int64(t.count)
+	if total < 0 {
+		total = math.MaxInt32 // a count past int32 wraps in the cache
+	}
+	sc := &calcScanner{a: a, t: t, ncols: ncols, total: total}
+	t0 := time.Now()
+	defer func() { a.st.CalcScan += time.Since(t0) }()
+	var out []*item
+	// The first showing row, scanned as OSWorld does.
+	r, base := 0, int64(0)
+	for ; r < 1<<20 && ctx.Err() == nil; r++ {
+		cells, c := sc.row(ctx, base, 0, nil, calcWindow)
+		out = append(out, cells...)
+		if sc.first && c == sc.col0 || !sc.first && r >= calcScan || base+ncols >= total {
+			return a.withBasics(ctx, out)
+		}
+		base += ncols
+		if sc.first {
+			break
+		}
+	}
+	width := len(out) + 1
+	for ctx.Err() == nil {
+		// Eight rows probed at once, then read in order.
+		const batch = 8
+		var bases []int64
+		for b := base; len(bases) < batch && b < total; b += ncols {
+			bases = append(bases, b)
+		}
+		probes := make([][]*item, len(bases))
+		var wg sync.WaitGroup
+		for i, b := range bases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				probes[i] = sc.probe(ctx, b+sc.col0, int(min(int64(width), ncols-sc.col0, total-b-sc.col0)))
+			}()
+		}
+		wg.Wait()
+		for i, b := range bases {
+			cells, c := sc.row(ctx, b, sc.col0, probes[i], width)
+			out = append(out, cells...)
+			if c == sc.col0 || b+ncols >= total {
+				return a.withBasics(ctx, out)
+			}
+		}
+		base = bases[len(bases)-1] + ncols
+	}
+	return a.withBasics(ctx, out)
+}
+
+// calcWindow is how many cells of a row one probe asks for while the first
+// showing row is sought.
+const calcWindow = 16
+
+// calcScanner is one scan of a Calc table: OSWorld's loop state.
+type calcScanner struct {
+	a            *appWalk
+	t            *item
+	ncols, total int64
+	first        bool
+	col0         int64
+}
+
+// row scans the row at base from column c as OSWorld's loop does, starting
+// from the cells already probed, asking window more at a time; it returns
+// the showing cells kept and the column where it stopped.
+func (sc *calcScanner) row(ctx context.Context, base, c int64, probed []*item, window int) ([]*item, int64) {
+	var out []*item
+	for c < sc.ncols && base+c < sc.total && ctx.Err() == nil {
+		if len(probed) == 0 {
+			probed = sc.probe(ctx, base+c, int(min(int64(window), sc.ncols-c, sc.total-base-c)))
+		}
+		for _, cell := range probed {
+			if cell != nil && cell.showing() {
+				if !sc.first {
+					sc.col0, sc.first = c, true
+				}
+				out = append(out, cell)
+			} else if sc.first || c >= calcScan {
+				return out, c
+			}
+			c++
+		}
+		probed = nil
+	}
+	return out, c
+}
+
+// probe asks the table for n cells from index i0 and their states.
+func (sc *calcScanner) probe(ctx context.Context, i0 int64, n int) []*item {
+	out := make([]*item, max(n, 0))
+	sc.a.probes.Add(int64(len(out)))
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := sc.a
+			r, ok := a.childAt(ctx, sc.t.ref, i0+int64(i))
+			if !ok {
+				return
+			}
+			var states []uint32
+			if a.call(ctx, r, ifAccessible+".GetState", nil, &states) != nil {
+				return
+			}
+			it := &item{ref: r, index: int32(i0 + int64(i)), count: -2}
+			copy(it.states[:], states)
+			out[i] = it
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// withBasics asks the cells kept for the rest of their basics. The first
+// is asked everything (name, child count, role, interfaces); the others
+// only their names, and take the rest from it: a sheet's cells are all of
+// one class in LibreOffice (ScAccessibleCell), with one role, one set of
+// interfaces and no children. That is 4 calls a cell fewer, where a
+// 1920x1080 sheet shows about 1,300 cells and LibreOffice under TCG
+// answers about 600 calls a second (docs/benchmarks.md). A cell that fails
+// is left out.
+func (a *appWalk) withBasics(ctx context.Context, cells []*item) []*item {
+	a.st.CalcCells += len(cells)
+	var proto *item
+	for i, c := range cells {
+		full, err := a.basics(ctx, c.ref)
+		if err == nil {
+			full.index, full.states = c.index, c.states
+			cells[i], proto = full, full
+			break
+		}
+		cells[i] = nil
+	}
+	if proto == nil {
+		return nil
+	}
+	var wg sync.WaitGroup
+	for i, c := range cells {
+		if c == nil || c == proto {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var name dbus.Variant
+			if a.call(ctx, c.ref, ifProps+".Get", []any{ifAccessible, "Name"}, &name) != nil {
+				cells[i] = nil
+				return
+			}
+			c.name, _ = name.Value().(string)
+			c.role, c.ifaces, c.count = proto.role, proto.ifaces, proto.count
+		}()
+	}
+	wg.Wait()
+	return cells
+}
