@@ -180,12 +180,15 @@ func TestE2EEpisodes(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// TTL expiry: end the others, lease one for 1 s and watch it come back.
+	// TTL expiry: end the others, lease one for 3 s and watch it come back.
+	// (With 1 s the file written just after the lease could meet the end
+	// first: a TCG guest's agent took over a second once in CI, and the
+	// write answered 410 episode_ended, which is right but not this test.)
 	call("DELETE", "/v1/episodes/"+eps[1].ID, nil, 200, nil)
 	call("DELETE", "/v1/episodes/"+eps[2].ID, nil, 200, nil)
 	waitWarm(2)
 	var short web.EpisodeResponse
-	call("POST", "/v1/episodes", web.StartEpisodeRequest{Pool: "tiny", TTLS: 1}, 201, &short)
+	call("POST", "/v1/episodes", web.StartEpisodeRequest{Pool: "tiny", TTLS: 3}, 201, &short)
 	call("PUT", "/v1/episodes/"+short.ID+"/files?path=/tmp/ttl-mark", nil, 204, nil)
 	// The reaper ends it after its TTL; the end resets the VM first.
 	var got web.EpisodeResponse
