@@ -41,23 +41,37 @@ func (m *Manager) admit(mc *machine) error {
 	if err := m.forwardConflictLocked(mc.spec.Forwards); err != nil {
 		return err
 	}
-	used := m.usedLocked()
-	if used+mc.spec.MemoryMiB > m.memLimit {
-		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB requested but %d of the %d MiB for guests are taken by other VMs",
-			mc.spec.MemoryMiB, used, m.memLimit)
-	}
-	if err := m.checkAvailableLocked(mc.spec.MemoryMiB); err != nil {
-		return err
+	if err := m.fitsLocked(mc.spec.MemoryMiB, 0); err != nil {
+		// Standbys (standby.go) hold memory only until a create needs it.
+		freed := m.usedStandbyLocked()
+		if !m.evictStandbysLocked("a create needs its memory") {
+			return err
+		}
+		if err := m.fitsLocked(mc.spec.MemoryMiB, freed); err != nil {
+			return err
+		}
 	}
 	m.vms[mc.spec.ID] = mc
 	return nil
+}
+
+// fitsLocked checks that newMiB more guest memory fits beside the VMs and
+// standbys alive; creditMiB is memory standbys being removed still hold,
+// counted as available to the MemAvailable floor.
+func (m *Manager) fitsLocked(newMiB, creditMiB int) error {
+	used := m.usedLocked() + m.usedStandbyLocked()
+	if used+newMiB > m.memLimit {
+		return fielderr.Newf("memory_mib", ErrInsufficientResources, "%d MiB requested but %d of the %d MiB for guests are taken by other VMs",
+			newMiB, used, m.memLimit)
+	}
+	return m.checkAvailableLocked(newMiB, creditMiB)
 }
 
 // checkAvailableLocked is admission's floor when guest memory is
 // overcommitted (Config.MemoryOvercommit): the host's MemAvailable must
 // hold the reserve plus the share of the new VM and of the VMs still being
 // made (whose QEMUs have not taken their memory yet).
-func (m *Manager) checkAvailableLocked(newMiB int) error {
+func (m *Manager) checkAvailableLocked(newMiB, creditMiB int) error {
 	ratio := m.cfg.MemoryOvercommit
 	if ratio <= 1 {
 		return nil
@@ -66,6 +80,7 @@ func (m *Manager) checkAvailableLocked(newMiB int) error {
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)
 	}
+	avail += creditMiB
 	pending := newMiB
 	for _, o := range m.vms {
 		if o.state() == StateCreating {

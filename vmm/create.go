@@ -31,6 +31,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	if err != nil {
 		return VM{}, &fielderr.Error{Path: fielderr.Name("image"), Msg: err.Error(), Errs: []error{err}}
 	}
+	if vm, ok := m.createFromStandby(ctx, img, opts, m.templatePath(img, opts)); ok {
+		return vm, nil
+	}
 	mc, tmpl := m.newMachine(img, opts)
 	// Locked before it is visible: a Destroy of the new id must wait for
 	// the create to finish or unwind.
@@ -51,6 +54,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (VM, error) {
 	if c.spare {
 		m.refillSpare(c.tmpl)
 	}
+	m.refillStandby(img, opts, m.templatePath(img, opts))
 	return mc.describe(), nil
 }
 
@@ -85,7 +89,10 @@ type creation struct {
 	fromSaved bool
 	// spare: tmpl is the saved ready state of VMs like this one, whose
 	// spare copy (spare.go) the overlay may take.
-	spare   bool
+	spare bool
+	// standby: this makes a standby (standby.go), nobody's VM until
+	// claimed: define publishes no event and start watches no process.
+	standby bool
 	start   time.Time
 	defined bool // the domain exists (EventCreated was published)
 }
@@ -210,8 +217,10 @@ func (c *creation) define(ctx context.Context) error {
 		return err
 	}
 	c.setHandles()
-	c.defined = true
-	c.m.publish(EventCreated, c.mc, "")
+	if !c.standby {
+		c.defined = true
+		c.m.publish(EventCreated, c.mc, "")
+	}
 	return nil
 }
 
@@ -230,7 +239,9 @@ func (c *creation) startDomain(ctx context.Context) error {
 	c.h.agent = &agent{hv: c.m.hv, dom: c.h.dom, vm: id}
 	c.h.mon = &monitor{hv: c.m.hv, dom: c.h.dom, vm: id}
 	c.setHandles()
-	c.m.watchProcess(c.mc)
+	if !c.standby {
+		c.m.watchProcess(c.mc)
+	}
 	sess, err := dialSession(ctx, id, c.spec.SessionSock, c.alive(ctx))
 	c.h.session = sess
 	c.setHandles()

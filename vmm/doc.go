@@ -25,7 +25,10 @@
 //     steps.go's runSteps with reverse undo; qemuimg.go: the overlay on the
 //     base; savedstate.go: saved ready states later VMs start from, and
 //     their names; spare.go: a copy of each made ahead, which a create
-//     renames into place; files.go: the state dir's layout and file modes.
+//     renames into place; standby.go: a VM made ahead per saved ready
+//     state (Config.Standby), paused after its loadvm, which the next
+//     create claims (continue, clock, mark-ready); files.go: the state
+//     dir's layout and file modes.
 //   - snapshots.go: named snapshots (savevm, info snapshots, loadvm through
 //     Reset's own path, delvm), their names and limits; fork.go: Fork, new
 //     VMs from a VM's current state through a fork template (a copy of its

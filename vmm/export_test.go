@@ -47,3 +47,23 @@ func SetMemoryLimitForTest(m *Manager, mib int) {
 
 // ForksDir is where a Manager keeps fork templates while a fork runs.
 func ForksDir(m *Manager) string { return m.forksDir() }
+
+// StandbyForTest returns the id of the standby made for VMs like opts and
+// whether it is ready to be claimed ("" when there is none).
+func StandbyForTest(m *Manager, opts CreateOptions) (id string, ready bool) {
+	opts, err := opts.Normalize()
+	if err != nil {
+		return "", false
+	}
+	img, err := m.cfg.Images.Resolve(opts.Image)
+	if err != nil {
+		return "", false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb := m.standbys[m.templatePath(img, opts)]
+	if sb == nil {
+		return "", false
+	}
+	return sb.mc.spec.ID, sb.ready
+}

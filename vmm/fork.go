@@ -182,14 +182,20 @@ func (m *Manager) admitAll(mcs []*machine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mem := mcs[0].spec.MemoryMiB
+	// Standbys (standby.go) hold memory only until a create needs it.
+	credit := 0
+	if m.fitsLocked(len(mcs)*mem, 0) != nil {
+		credit = m.usedStandbyLocked()
+		m.evictStandbysLocked("a fork needs its memory")
+	}
 	if err := CheckFork(len(mcs), mem, m.usedLocked(), m.memLimit); err != nil {
 		return err
 	}
 	// With guest memory overcommitted, the host's MemAvailable is a floor
 	// too (checkAvailableLocked): fewer may fit than the limit allows.
-	if err := m.checkAvailableLocked(len(mcs) * mem); err != nil {
+	if err := m.checkAvailableLocked(len(mcs)*mem, credit); err != nil {
 		fits := len(mcs) - 1
-		for fits > 0 && m.checkAvailableLocked(fits*mem) != nil {
+		for fits > 0 && m.checkAvailableLocked(fits*mem, credit) != nil {
 			fits--
 		}
 		return &LimitError{Limit: "memory", Max: int64(m.memLimit), Have: int64(m.usedLocked()), Asked: int64(len(mcs)), Fits: fits, Err: err}

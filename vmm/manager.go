@@ -89,6 +89,11 @@ type Config struct {
 	// frees stays resident on the host. For benchmarks comparing the two;
 	// the saved ready states of one are not loaded by the other.
 	NoBalloon bool
+	// Standby keeps one VM per saved ready state in use made ahead and
+	// paused (standby.go): the next create from that saved state only
+	// continues it. Off by default here (a library user's host runs only
+	// the QEMUs it asked for); deskfarm serve turns it on.
+	Standby bool
 }
 
 // DefaultMemoryReserveMiB is the host memory not given to guests by default.
@@ -158,6 +163,11 @@ type Manager struct {
 	// floor when overcommitting (hostMemAvailable; a test's fake).
 	memAvailable func() (int, error)
 	spares       spares // copies of saved ready states made ahead (spare.go)
+	// standbys are the VMs made ahead, by saved ready state (standby.go);
+	// under mu. standbyWG counts their makings and teardowns.
+	standbys      map[string]*standby
+	standbyClosed bool
+	standbyWG     sync.WaitGroup
 }
 
 var _ Farm = (*Manager)(nil)
@@ -213,7 +223,7 @@ func newManager(ctx context.Context, cfg Config, hv hypervisor, accel string, ui
 		return nil, fmt.Errorf("read host info from libvirt: %w", err)
 	}
 	m := &Manager{cfg: cfg, hv: hv, accel: accel, uid: uid, gid: gid,
-		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{},
+		hostMemMiB: int(memKiB / 1024), hostCPUs: cpus, log: cfg.Log, vms: map[string]*machine{}, standbys: map[string]*standby{},
 		watchDone: make(chan struct{}), memAvailable: hostMemAvailable}
 	m.memLimit = cfg.MemoryLimitMiB
 	if m.memLimit == 0 {
@@ -250,6 +260,7 @@ func (m *Manager) Accel() string { return m.accel }
 func (m *Manager) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		m.closeStandbys() // nobody's VMs: no later Manager could hand them out
 		m.mu.Lock()
 		for _, mc := range m.vms {
 			mc.stop()

@@ -6,7 +6,12 @@
 // input and screenshots at once and its agent calls must wait, not fail).
 // It prints a Markdown table.
 //
-//	go run ./bench/coldstart [-image desktop] [-n 20] [-memory 1024] [-resets 10]
+//	go run ./bench/coldstart [-image desktop] [-n 20] [-memory 1024] [-resets 10] [-standby] [-gap 3s]
+//
+// -standby turns on vmm's standby VMs (Config.Standby): each create after
+// the first claims the VM made ahead. -gap waits that long before each
+// timed create, as between a pool's creates (both sides get it, so a
+// standby has time to be made).
 //
 // -resets also measures a reset's parts on one VM (revert.go).
 //
@@ -20,6 +25,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
@@ -36,12 +43,14 @@ func main() {
 	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
 	resets := flag.Int("resets", 0, "also time this many resets and raw loadvms of one VM (revert)")
 	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
+	standby := flag.Bool("standby", false, "make VMs ahead (vmm.Config.Standby)")
+	gap := flag.Duration("gap", 0, "wait this long before each timed create")
 	flag.Parse()
 	var err error
 	if *table != "" {
 		err = printTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
 	} else {
-		err = run(*image, *n, *mem, *vcpus, *resets, *label, *raw)
+		err = run(*image, *n, *mem, *vcpus, *resets, *label, *raw, *standby, *gap)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/coldstart:", err)
@@ -49,10 +58,10 @@ func main() {
 	}
 }
 
-func run(image string, n, mem, vcpus, resets int, label, raw string) error {
+func run(image string, n, mem, vcpus, resets int, label, raw string, standby bool, gap time.Duration) error {
 	ctx := context.Background()
 	steps := newStepLog(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, err := vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: slog.New(steps)})
+	m, err := vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: slog.New(steps), Standby: standby})
 	if err != nil {
 		return err
 	}
@@ -73,6 +82,7 @@ func run(image string, n, mem, vcpus, resets int, label, raw string) error {
 	var out samples
 	add := func(k string, d time.Duration) { out = append(out, sample{label, k, d}) }
 	for i := 0; i < n; i++ {
+		time.Sleep(gap)
 		t0 := time.Now()
 		vm, err := m.Create(ctx, opts)
 		if err != nil {
@@ -93,6 +103,9 @@ func run(image string, n, mem, vcpus, resets int, label, raw string) error {
 			return fmt.Errorf("first exec of vm %s: %w", vm.ID, err)
 		}
 		add(measureExec, time.Since(t0))
+		if i == n-1 {
+			reportRSS(ctx, m, label, standby, gap)
+		}
 		if err := m.Destroy(ctx, vm.ID); err != nil {
 			return err
 		}
@@ -118,4 +131,41 @@ func run(image string, n, mem, vcpus, resets int, label, raw string) error {
 		return err
 	}
 	return printTable(f.Name(), fmt.Sprintf("%s image, %d MiB, %d vCPU", image, mem, vcpus))
+}
+
+// reportRSS prints, to stderr, the resident memory of this farm's QEMUs
+// after gap (the standby has been made again by then): the VMs listed and,
+// with standby on, the standby, which no List shows.
+func reportRSS(ctx context.Context, m *vmm.Manager, label string, standby bool, gap time.Duration) {
+	time.Sleep(gap)
+	vms, _ := m.List(ctx)
+	listed := map[string]bool{}
+	for _, v := range vms {
+		listed[v.Domain] = true
+	}
+	pids, _ := filepath.Glob(filepath.Join(vmm.DefaultQEMUPidDir, vmm.DomainPrefix+"*.pid"))
+	for _, pf := range pids {
+		dom := strings.TrimSuffix(filepath.Base(pf), ".pid")
+		b, err := os.ReadFile(pf)
+		if err != nil {
+			continue
+		}
+		pid := strings.TrimSpace(string(b))
+		cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		if !strings.Contains(string(cmdline), farm.DefaultStateDir+"/") {
+			continue
+		}
+		status, _ := os.ReadFile("/proc/" + pid + "/status")
+		rss := ""
+		for _, l := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				rss = strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+			}
+		}
+		kind := "vm"
+		if !listed[dom] {
+			kind = "standby"
+		}
+		fmt.Fprintf(os.Stderr, "%s: QEMU RSS of %s %s: %s\n", label, kind, dom, rss)
+	}
 }

@@ -63,9 +63,17 @@ func RequireVM(t testing.TB, imageNames ...string) *images.Store {
 // every VM still there, so a failing test leaves nothing behind.
 func Manager(t testing.TB, imageNames ...string) *vmm.Manager {
 	t.Helper()
+	return ManagerConfig(t, vmm.Config{}, imageNames...)
+}
+
+// ManagerConfig is Manager with cfg's other settings (StateDir, Images,
+// LockWait and Log are the test's).
+func ManagerConfig(t testing.TB, cfg vmm.Config, imageNames ...string) *vmm.Manager {
+	t.Helper()
 	st := RequireVM(t, imageNames...)
-	m, err := vmm.New(context.Background(), vmm.Config{StateDir: StateDir, Images: vmm.StoreImages{Store: st},
-		LockWait: LockWait, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	cfg.StateDir, cfg.Images, cfg.LockWait = StateDir, vmm.StoreImages{Store: st}, LockWait
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	m, err := vmm.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("vmm.New: %v", err)
 	}
