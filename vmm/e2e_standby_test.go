@@ -140,3 +140,33 @@ func TestE2EStandbyGivesWay(t *testing.T) {
 	}
 	assertNoLeftovers(t)
 }
+
+// A deskfarm killed with a standby made: the next one removes it as a
+// half-made VM and adopts the VM it had made.
+func TestE2EStandbyAfterKill(t *testing.T) {
+	m := testenv.ManagerConfig(t, vmm.Config{Standby: true}, "tiny")
+	ctx := context.Background()
+	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
+	a, err := m.Create(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := awaitStandby(t, m, opts)
+	vmm.AbandonForTest(m)
+
+	m2 := testenv.Manager(t, "tiny")
+	if _, err := m2.Get(ctx, a.ID); err != nil {
+		t.Fatalf("the vm made before the kill was not adopted: %v", err)
+	}
+	if _, err := m2.Get(ctx, sb); !errors.Is(err, vmm.ErrNotFound) {
+		t.Fatalf("the standby %s is a vm after the restart: %v", sb, err)
+	}
+	if _, err := os.Stat(filepath.Join(testenv.StateDir, "vms", sb)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the standby's directory after the restart: %v", err)
+	}
+	if err := m2.Destroy(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	m2.Close()
+	assertNoLeftovers(t)
+}

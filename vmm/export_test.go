@@ -67,3 +67,22 @@ func StandbyForTest(m *Manager, opts CreateOptions) (id string, ready bool) {
 	}
 	return sb.mc.spec.ID, sb.ready
 }
+
+// AbandonForTest leaves m as a killed deskfarm would: its VMs and standbys
+// running, its libvirt connection and state dir lock dropped, nothing
+// removed.
+func AbandonForTest(m *Manager) {
+	m.closeOnce.Do(func() { // Close does nothing after this
+		m.mu.Lock()
+		m.standbyClosed = true
+		m.vms, m.standbys = map[string]*machine{}, map[string]*standby{}
+		m.mu.Unlock()
+		m.spares.close()
+		m.hv.close()
+		<-m.watchDone
+		m.events.Close()
+		if m.lock != nil {
+			m.lock.Close()
+		}
+	})
+}
