@@ -26,13 +26,15 @@ import (
 // close and reopen as agent lifecycle events say (at once, unless
 // holdAgentEvents: then the test plays them with agentLifecycle).
 type fakeHV struct {
-	mu      sync.Mutex
-	doms    map[string]*fakeDom
-	nextID  int32
-	fail    map[string]error // by op: "define", "start", "undefine", "destroy", "metadata", "hmp:<verb>", "agent:<command>"
-	hmp     map[string]string
-	block   map[string]chan struct{} // op -> closed to let a blocked call go on
-	noReady bool                     // the guest never says "ready"
+	mu     sync.Mutex
+	doms   map[string]*fakeDom
+	nextID int32
+	fail   map[string]error // by op: "define", "start", "undefine", "destroy", "metadata", "hmp:<verb>", "agent:<command>"
+	// failOnce fails the next call of an op (as fail names them) only.
+	failOnce map[string]error
+	hmp      map[string]string
+	block    map[string]chan struct{} // op -> closed to let a blocked call go on
+	noReady  bool                     // the guest never says "ready"
 	// agentReply, when set, answers agent commands before the defaults
 	// (ok false: use the default).
 	agentReply func(execute, cmd string) (reply string, ok bool)
@@ -82,6 +84,10 @@ func (f *fakeHV) op(ctx context.Context, name string) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, name)
 	err := f.fail[name]
+	if e, ok := f.failOnce[name]; ok {
+		err = e
+		delete(f.failOnce, name)
+	}
 	blk := f.block[name]
 	f.mu.Unlock()
 	if blk != nil {

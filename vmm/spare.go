@@ -29,8 +29,10 @@ type spares struct {
 }
 
 // sparePath is where the spare of the saved ready state tmpl lives. It names
-// the saved state's inode: a saved state removed and made again never gets
-// the spare of the one before, which holds another guest's RAM.
+// the saved state's inode and modification time: a saved state removed and
+// made again never gets the spare of the one before, which holds another
+// guest's RAM (the inode alone is not enough: ext4 and tmpfs hand a freed
+// inode number to the next file, which TestStandbyLifecycle met).
 func sparePath(tmpl string) (string, error) {
 	fi, err := os.Stat(tmpl)
 	if err != nil {
@@ -40,7 +42,7 @@ func sparePath(tmpl string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("saved ready state %s: no inode", tmpl)
 	}
-	return fmt.Sprintf("%s.spare-%d", tmpl, st.Ino), nil
+	return fmt.Sprintf("%s.spare-%d-%d", tmpl, st.Ino, fi.ModTime().UnixNano()), nil
 }
 
 // takeSpare moves the spare of tmpl to overlay and reports whether there

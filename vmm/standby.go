@@ -201,6 +201,8 @@ func (m *Manager) refillStandby(img BaseImage, opts CreateOptions, tmpl string) 
 		c.standby = true
 		c.log.Debug("making a standby", "op", "standby", "image", img.Name)
 		err := runSteps(ctx, c.log, c.standbySteps())
+		// Read before it is published: a claim takes c over at once.
+		took, spare, log := time.Since(c.start).Round(time.Millisecond), c.spare, c.log
 		m.mu.Lock()
 		current := m.standbys[tmpl] == sb
 		if err == nil && current {
@@ -214,13 +216,13 @@ func (m *Manager) refillStandby(img BaseImage, opts CreateOptions, tmpl string) 
 			// Undone by runSteps. The next create from this saved state
 			// tries again; there is no retry loop on a host that fails.
 			if ctx.Err() == nil {
-				c.log.Warn("could not make a standby: creates from this saved state start QEMU themselves", "op", "standby", "err", err)
+				log.Warn("could not make a standby: creates from this saved state start QEMU themselves", "op", "standby", "err", err)
 			}
 		case !current:
 			m.dropStandby(sb) // evicted or closed while being made
 		default:
-			c.log.Info("standby ready", "op", "standby", "duration", time.Since(c.start).Round(time.Millisecond))
-			if c.spare {
+			log.Info("standby ready", "op", "standby", "duration", took)
+			if spare {
 				m.refillSpare(tmpl)
 			}
 		}
