@@ -105,6 +105,10 @@ func TestE2EOSWorldImage(t *testing.T) {
 	}
 	// PulseAudio runs in the session, on a null sink.
 	waitFor("PulseAudio", "pactl info", "Server Name: pulseaudio", 60*time.Second)
+	// Below the max, read as os/28cc3b7e's grader reads it.
+	if out := must("pactl list sinks | grep '^[[:space:]]Volume:' | head -n 1 | awk '{print $5}' | sed 's/%//g'"); strings.TrimSpace(out) != "40" {
+		t.Fatalf("the sink's volume is %q%%, want 40 (100 is the answer of OSWorld's max-volume task)", strings.TrimSpace(out))
+	}
 	// The GNOME schemas that graders read, through the session bus at
 	// Ubuntu's path, which OSWorld's task steps name: a value set there is
 	// the one read back.
