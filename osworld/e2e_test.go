@@ -282,6 +282,12 @@ func TestE2EDesktopRoutes(t *testing.T) {
 		if out.ReturnCode == 0 {
 			t.Fatalf("guest reached the host with network none: %+v", out)
 		}
+		// Name lookups fail at once, not after the resolver's timeouts:
+		// getent exits 2 (not found), timeout would exit 124.
+		out = c.exec("sh", "-c", "timeout 5 getent hosts deb.debian.org; echo rc=$?")
+		if !strings.Contains(out.Output, "rc=2") {
+			t.Fatalf("a name lookup with no route out: %+v, want getent's not found (rc=2) within 5 s", out)
+		}
 	})
 }
 

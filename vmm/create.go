@@ -315,10 +315,22 @@ func (c *creation) waitAgent(ctx context.Context) error {
 // fixed address (slirp: guest 10.0.2.15, host and gateway 10.0.2.2, DNS
 // 10.0.2.3) through systemd-networkd, which deskfarm's images keep masked
 // (a VM without network must not wait for it). Static, so no DHCP wait.
-const guestNetworkScript = `set -e
+//
+// dns is false on a restricted stack (NetworkNone with forwards), where
+// slirp drops every packet the guest sends out, DNS queries too: the guest
+// then gets no name server, so a lookup fails at once (glibc asks
+// 127.0.0.1, which refuses) instead of waiting out its timeouts. OSWorld's
+// task steps run apt and pip, which otherwise spent minutes on lookups
+// (chrome/9656a811 ran past the runner's 120 s in "apt update").
+func guestNetworkScript(dns bool) string {
+	dnsLine, resolv := `DNS=10.0.2.3\n`, `[ -e /etc/resolv.conf ] || echo 'nameserver 10.0.2.3' >/etc/resolv.conf`
+	if !dns {
+		dnsLine, resolv = "", `echo '# deskfarm: no route out, no name server' >/etc/resolv.conf`
+	}
+	return `set -e
 mkdir -p /run/systemd/network
-printf '[Match]\nName=en* eth*\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\nDNS=10.0.2.3\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' >/run/systemd/network/10-deskfarm.network
-[ -e /etc/resolv.conf ] || echo 'nameserver 10.0.2.3' >/etc/resolv.conf
+printf '[Match]\nName=en* eth*\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n` + dnsLine + `LinkLocalAddressing=no\nIPv6AcceptRA=no\n' >/run/systemd/network/10-deskfarm.network
+` + resolv + `
 systemctl unmask systemd-networkd.service systemd-networkd.socket >/dev/null 2>&1 || true
 systemctl start systemd-networkd.service
 i=0
@@ -326,12 +338,14 @@ until networkctl status 2>/dev/null | grep -q '10\.0\.2\.15'; do
 	i=$((i+1)); [ $i -lt 100 ] || { echo 'no address after 20 s' >&2; exit 1; }
 	sleep 0.2
 done`
+}
 
 // guestNetwork configures the guest's NIC (see guestNetworkScript). An
 // image without systemd-networkd keeps an unconfigured NIC: logged, not
 // fatal, as the VM is otherwise usable.
 func (c *creation) guestNetwork(ctx context.Context) error {
-	res, err := c.h.agent.exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", guestNetworkScript}, Timeout: 60 * time.Second})
+	script := guestNetworkScript(c.opts.Network == NetworkUser)
+	res, err := c.h.agent.exec(ctx, ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Timeout: 60 * time.Second})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}

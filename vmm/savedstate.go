@@ -49,10 +49,15 @@ func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) e
 func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	hash := shortHash(img.Hash)
 	// A saved state holds the guest's devices: a VM with a NIC cannot load
-	// one without, and the other way round. Forwards are host-side only.
+	// one without, and the other way round. Forwards are host-side only,
+	// but a NIC on a restricted stack (forwards without network) has no
+	// name server in the guest (guestNetworkScript): "-fwd", not "-net".
 	net := ""
-	if hasNIC(opts.Network, opts.Forwards) {
+	switch {
+	case opts.Network == NetworkUser:
 		net = "-net"
+	case hasNIC(opts.Network, opts.Forwards):
+		net = "-fwd"
 	}
 	name := fmt.Sprintf("%s-%s-%s-%dm-%dc-%dx%d-%s%s.qcow2", img.Name, hash, m.hardware(), opts.MemoryMiB, opts.VCPUs, opts.Width, opts.Height, m.accel, net)
 	return filepath.Join(m.cfg.StateDir, "saved", name)
