@@ -42,6 +42,7 @@ import (
 	"github.com/deskfarm/deskfarm/api"
 	"github.com/deskfarm/deskfarm/client"
 	"github.com/deskfarm/deskfarm/internal/farmproc"
+	"github.com/deskfarm/deskfarm/vmm"
 )
 
 // DefaultStateDir is the soak farm's own state dir (QEMU must reach it, so
@@ -298,13 +299,25 @@ func run(o options) (ok bool, err error) {
 	for _, v := range vms {
 		known[v.ID], known[v.Domain] = true, true
 	}
-	var leakedDoms, leakedDirs []string
+	var leakedDoms, leakedDirs, standbys []string
 	doms, err := farmproc.Domains(o.stateDir)
 	if err != nil {
 		return false, err
 	}
+	paused, err := farmproc.PausedDomains(o.stateDir)
+	if err != nil {
+		return false, err
+	}
 	for _, d := range doms {
-		if !known[d] {
+		switch {
+		case known[d]:
+		case slices.Contains(paused, d) && len(standbys) == 0:
+			// The farm's standby for the pool's image and size (serve
+			// runs with --standby): one, paused, not listed. A second
+			// unlisted domain, or a running one, is a leak.
+			standbys = append(standbys, d)
+			known[strings.TrimPrefix(d, vmm.DomainPrefix)] = true
+		default:
 			leakedDoms = append(leakedDoms, d)
 		}
 	}
@@ -352,6 +365,7 @@ func run(o options) (ok bool, err error) {
 	row("unexpected answers", fig.unexpected)
 	row("**lost leases**", fig.lost)
 	row("**dirty leases**", fig.dirty)
+	row("standby VMs (made ahead, paused, not listed; at most 1)", len(standbys))
 	row("**leaked domains**", len(leakedDoms)+countPrefix(purged, "domain "))
 	row("**leaked overlays (VM dirs)**", len(leakedDirs)+countPrefix(purged, "dir "))
 	if pid != 0 {

@@ -334,6 +334,33 @@ func Domains(stateDir string) ([]string, error) {
 	return out, nil
 }
 
+// PausedDomains returns those of Domains(stateDir) that libvirt reports
+// paused: a farm's standby VMs (vmm's standby.go, made ahead and not listed
+// until a create claims them) are such domains.
+func PausedDomains(stateDir string) ([]string, error) {
+	names, err := Domains(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(vmm.DefaultLibvirtSocket), dialers.WithLocalTimeout(5*time.Second)))
+	if err := l.ConnectToURI(libvirt.QEMUSystem); err != nil {
+		return nil, fmt.Errorf("connect to libvirtd: %w", err)
+	}
+	defer l.Disconnect()
+	var out []string
+	for _, n := range names {
+		d, err := l.DomainLookupByName(n)
+		if err != nil {
+			continue // gone in between
+		}
+		st, _, err := l.DomainGetState(d, 0)
+		if err == nil && libvirt.DomainState(st) == libvirt.DomainPaused {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 // VMDirs returns the entries of stateDir/vms: one per VM's overlay,
 // sockets and logs.
 func VMDirs(stateDir string) ([]string, error) {
