@@ -29,17 +29,29 @@ func awaitStandby(t *testing.T, m *vmm.Manager, opts vmm.CreateOptions) string {
 	return ""
 }
 
+// standbyOpts are the tiny VMs these tests make.
+var standbyOpts = vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
+
+// withStandby returns a Manager with standbys on (and cfg's other
+// settings) and its first VM, made from saved state or booted.
+func withStandby(t *testing.T, cfg vmm.Config) (*vmm.Manager, vmm.VM) {
+	t.Helper()
+	cfg.Standby = true
+	m := testenv.ManagerConfig(t, cfg, "tiny")
+	a, err := m.Create(context.Background(), standbyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, a
+}
+
 // With Config.Standby, a create from saved state takes the VM made ahead:
 // it is the create's own VM (labels, clock, a clean disk, agent calls
 // answered), and Close leaves no standby behind.
 func TestE2EStandby(t *testing.T) {
-	m := testenv.ManagerConfig(t, vmm.Config{Standby: true}, "tiny")
+	m, a := withStandby(t, vmm.Config{})
 	ctx := context.Background()
-	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
-	a, err := m.Create(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := standbyOpts
 	if err := m.WriteFile(ctx, a.ID, "/tmp/from-a", []byte("a"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +97,7 @@ func TestE2EStandby(t *testing.T) {
 	mustExec(t, m, b.ID, "true")
 
 	// The next standby is made; Close removes it with the VMs destroyed.
-	next := awaitStandby(t, m, vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1})
+	next := awaitStandby(t, m, standbyOpts)
 	if next == sb {
 		t.Fatal("the claimed standby is still the standby")
 	}
@@ -101,13 +113,9 @@ func TestE2EStandby(t *testing.T) {
 // A standby never refuses a VM: a create that fits only without it gets
 // its memory, and a refusal counts no standby.
 func TestE2EStandbyGivesWay(t *testing.T) {
-	m := testenv.ManagerConfig(t, vmm.Config{Standby: true, MemoryLimitMiB: 512}, "tiny")
+	m, a := withStandby(t, vmm.Config{MemoryLimitMiB: 512})
 	ctx := context.Background()
-	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
-	a, err := m.Create(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := standbyOpts
 	sb := awaitStandby(t, m, opts)
 	if used, limit := m.Capacity(); used != 256 || limit != 512 {
 		t.Fatalf("capacity with a standby: used %d of %d MiB, want 256 of 512 (a standby is not a VM)", used, limit)
@@ -144,13 +152,9 @@ func TestE2EStandbyGivesWay(t *testing.T) {
 // A deskfarm killed with a standby made: the next one removes it as a
 // half-made VM and adopts the VM it had made.
 func TestE2EStandbyAfterKill(t *testing.T) {
-	m := testenv.ManagerConfig(t, vmm.Config{Standby: true}, "tiny")
+	m, a := withStandby(t, vmm.Config{})
 	ctx := context.Background()
-	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
-	a, err := m.Create(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := standbyOpts
 	sb := awaitStandby(t, m, opts)
 	vmm.AbandonForTest(m)
 
