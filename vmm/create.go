@@ -112,11 +112,7 @@ func (m *Manager) newMachine(img BaseImage, opts CreateOptions) (*machine, strin
 	if !opts.Boot && fileExists(tmpl) {
 		spec.Start = StartSavedState
 	}
-	var labels []label
-	for k, v := range opts.Labels {
-		labels = setLabel(labels, k, v)
-	}
-	return &machine{spec: spec, stopWatch: make(chan struct{}), st: machineState{state: StateCreating, labels: labels}}, tmpl
+	return &machine{spec: spec, stopWatch: make(chan struct{}), st: machineState{state: StateCreating, labels: labelList(opts.Labels)}}, tmpl
 }
 
 // newCreation plans the making of mc, once admitted (its spec is final).

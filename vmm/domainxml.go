@@ -45,6 +45,16 @@ func labelMap(ls []label) map[string]string {
 	return out
 }
 
+// labelList is the labels of m as a VM keeps them (setLabel's form: keys
+// sorted, empty values left out).
+func labelList(m map[string]string) []label {
+	var ls []label
+	for k, v := range m {
+		ls = setLabel(ls, k, v)
+	}
+	return ls
+}
+
 // setLabel returns ls with key set or, with an empty value, removed, keys
 // sorted; ls itself is not changed.
 func setLabel(ls []label, key, value string) []label {

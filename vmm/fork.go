@@ -169,11 +169,7 @@ func (m *Manager) forkMachine(src machineSpec, labels map[string]string) *machin
 	spec := src
 	spec.ID, spec.Dir, spec.Created, spec.Start = id, m.vmDir(id), time.Now().UTC().Truncate(time.Second), StartFork
 	spec.Forwards = ForkForwards(src.Forwards)
-	var ls []label
-	for k, v := range labels {
-		ls = setLabel(ls, k, v)
-	}
-	return &machine{spec: spec, stopWatch: make(chan struct{}), st: machineState{state: StateCreating, labels: ls}}
+	return &machine{spec: spec, stopWatch: make(chan struct{}), st: machineState{state: StateCreating, labels: labelList(labels)}}
 }
 
 // admitAll admits every one of mcs or none: their memory together must fit

@@ -94,12 +94,7 @@ func (m *Manager) createFromStandby(ctx context.Context, img BaseImage, opts Cre
 	}
 	mc, c := sb.mc, sb.c
 	defer mc.op.Unlock()
-	mc.with(func(st *machineState) {
-		st.labels = nil
-		for k, v := range opts.Labels {
-			st.labels = setLabel(st.labels, k, v)
-		}
-	})
+	mc.with(func(st *machineState) { st.labels = labelList(opts.Labels) })
 	c.start, c.opts = time.Now(), opts
 	c.log.Info("creating vm from a standby", "op", "create", "image", img.Name, "memory_mib", opts.MemoryMiB, "vcpus", opts.VCPUs,
 		"accel", m.accel, "start", mc.spec.Start)
