@@ -10,11 +10,14 @@ import (
 
 // MonitorForTest runs a raw HMP command on a VM and returns QEMU's output.
 func MonitorForTest(ctx context.Context, m *Manager, id, cmd string) (string, error) {
-	mc, err := m.lookup(id)
+	// Under the VM's op lock, after what a finished call left running
+	// under it (a fork's transfer snapshot drops).
+	mc, st, err := m.change(id)
 	if err != nil {
 		return "", err
 	}
-	return m.hv.monitorHMP(ctx, mc.handles().dom, cmd)
+	defer mc.op.Unlock()
+	return m.hv.monitorHMP(ctx, st.dom, cmd)
 }
 
 // AgentForTest sends a raw guest agent command and returns its raw reply.

@@ -151,6 +151,12 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 	for i, mc := range mcs {
 		m.publish(EventReady, mc, "")
 		vms[i] = mc.describe()
+		// Waits for the fork's op lock, which Fork holds until it returns.
+		go func() {
+			bctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+			defer cancel()
+			m.dropTransfer(bctx, mc.spec.ID, snap)
+		}()
 	}
 	return vms, nil
 }
@@ -221,14 +227,24 @@ func (m *Manager) unadmit(mcs []*machine) {
 // forkTemplate copies src's current state into a fork template, under
 // src's op lock: the guest stops, a transfer snapshot is saved, the
 // overlay is copied while nothing writes it (stop flushes QEMU's block
-// layer), the transfer snapshot is deleted from src, and src runs on. The
-// copy then loses src's named snapshots, which no fork holds.
+// layer), and src runs on. The copy then loses src's named snapshots (and
+// any transfer snapshot an earlier fork left), which no fork holds.
+//
+// Once src runs, the forks have what they need: the transfer snapshot's
+// delvm on src (about 100 ms) and src's clock are done after this returns,
+// beside the forks' making, still under src's op lock (so the next
+// operation on src sees neither half done).
 func (m *Manager) forkTemplate(ctx context.Context, src *machine) (tmpl, snap string, err error) {
 	mc, st, err := m.change(src.spec.ID)
 	if err != nil {
 		return "", "", err
 	}
-	defer mc.op.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			mc.op.Unlock()
+		}
+	}()
 	if st.state != StateReady {
 		return "", "", m.notReadyErr(mc, "fork")
 	}
@@ -246,30 +262,65 @@ func (m *Manager) forkTemplate(ctx context.Context, src *machine) (tmpl, snap st
 	if err == nil {
 		err = copyFile(filepath.Join(mc.spec.Dir, "disk.qcow2"), tmpl)
 	}
-	// Whatever happened, src loses the transfer snapshot and runs again.
-	if derr := mon.delVM(context.WithoutCancel(ctx), snap); derr != nil {
-		m.log.Warn("transfer snapshot left on the source", "vm", mc.spec.ID, "op", "fork", "snapshot", snap, "err", derr)
-	}
 	if cerr := mon.cont(context.WithoutCancel(ctx)); cerr != nil && err == nil {
 		err = cerr
 	}
-	if err == nil {
-		if cerr := m.setClock(ctx, mc, st.handles); cerr != nil {
-			m.log.Warn("guest clock not set after fork", "vm", mc.spec.ID, "op", "fork", "err", cerr)
-		}
-	}
-	if err == nil {
-		var drop []string
-		for _, s := range named(all) {
-			drop = append(drop, s.Name)
-		}
-		err = dropOffline(tmpl, drop)
-	}
 	if err != nil {
+		// Whatever happened, src loses the transfer snapshot.
+		m.dropSourceTransfer(context.WithoutCancel(ctx), mc, st.handles, snap, false)
 		os.Remove(tmpl)
 		return "", "", m.guestErr(ctx, mc, err)
 	}
+	locked = false
+	go func() {
+		defer mc.op.Unlock()
+		bctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+		defer cancel()
+		m.dropSourceTransfer(bctx, mc, st.handles, snap, true)
+	}()
+	var drop []string
+	for _, s := range all {
+		if !strings.HasPrefix(s.Name, ReservedSnapshotPrefix) || strings.HasPrefix(s.Name, forkSnapshotPrefix) {
+			drop = append(drop, s.Name)
+		}
+	}
+	if err := dropOffline(tmpl, drop); err != nil {
+		os.Remove(tmpl)
+		return "", "", err
+	}
 	return tmpl, snap, nil
+}
+
+// dropSourceTransfer deletes a fork's transfer snapshot from its source
+// and, when the guest ran on, sets its clock (it was stopped for the save
+// and the copy).
+func (m *Manager) dropSourceTransfer(ctx context.Context, mc *machine, h handles, snap string, clock bool) {
+	if clock {
+		if err := m.setClock(ctx, mc, h); err != nil {
+			m.log.Warn("guest clock not set after fork", "vm", mc.spec.ID, "op", "fork", "err", err)
+		}
+	}
+	if err := h.mon.delVM(ctx, snap); err != nil {
+		m.log.Warn("transfer snapshot left on the source", "vm", mc.spec.ID, "op", "fork", "snapshot", snap, "err", err)
+	}
+}
+
+// dropTransfer deletes the transfer snapshot from a new fork once it is
+// ready (its RAM would count in the fork's disk), under its op lock: after
+// the fork's ready event rather than before, as the fork needs it no more
+// once loaded.
+func (m *Manager) dropTransfer(ctx context.Context, id, snap string) {
+	mc, st, err := m.change(id)
+	if err != nil {
+		return // gone already: its disk with it
+	}
+	defer mc.op.Unlock()
+	if st.mon == nil {
+		return
+	}
+	if err := st.mon.delVM(ctx, snap); err != nil {
+		m.log.Warn("transfer snapshot left on a fork", "vm", id, "op", "fork", "snapshot", snap, "err", err)
+	}
 }
 
 // dropOffline deletes snapshots from a qcow2 file no QEMU has open.
@@ -292,9 +343,8 @@ func (c *creation) forkSteps(snap string, copies *sync.WaitGroup, last bool, cop
 		{name: "define", do: c.define, undo: c.undoDefine},
 		{name: "start", do: c.startDomain, undo: c.undoStart},
 		{name: "restore", do: func(ctx context.Context) error { return c.restoreFrom(ctx, snap, "fork") }},
-		// The new VM needs the transfer snapshot no more; its RAM would
-		// count in its disk. Its ready snapshot stays: it resets there.
-		{name: "drop-transfer", do: func(ctx context.Context) error { return c.h.mon.delVM(ctx, snap) }},
+		// The transfer snapshot is dropped after the ready event
+		// (dropTransfer); the ready snapshot stays: it resets there.
 		{name: "clock", do: c.clock},
 		{name: "mark-ready", do: c.markReady},
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 )
@@ -15,18 +16,12 @@ import (
 // domain, no VM directory, no template, no VM listed; the source runs on
 // without the transfer snapshot.
 func TestForkFailureLeavesNothing(t *testing.T) {
-	hv := newFakeHV()
-	f := newTestFarm(t, hv, nil)
+	hv, f, src := forkSource(t)
 	ctx := context.Background()
-	src, err := f.m.Create(ctx, tinyOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	hv.mu.Lock()
-	hv.hmp["info"] = hmpCaptures(t)["info-snapshots-ready"].Output
 	hv.fail["hmp:loadvm"] = errors.New("qemu: loadvm failed")
 	hv.mu.Unlock()
-	_, err = f.m.Fork(ctx, src.ID, ForkOptions{Count: 2})
+	_, err := f.m.Fork(ctx, src.ID, ForkOptions{Count: 2})
 	if err == nil {
 		t.Fatal("fork with a failing loadvm succeeded")
 	}
@@ -46,17 +41,13 @@ func TestForkFailureLeavesNothing(t *testing.T) {
 	if used, _ := f.m.Capacity(); used != tinyOpts.MemoryMiB {
 		t.Errorf("admission still counts %d MiB", used)
 	}
+	// The source's transfer snapshot goes after Fork's copy, under the
+	// source's op lock: wait for it.
+	calls := callsAfterOps(hv, f.m, src.ID)
 	hv.mu.Lock()
-	calls := slices.Clone(hv.calls)
 	state := hv.doms[DomainPrefix+src.ID].state
 	hv.mu.Unlock()
-	loads := 0
-	for _, c := range calls {
-		if c == "hmp:loadvm" {
-			loads++
-		}
-	}
-	if loads != 2 {
+	if loads := count(calls, "hmp:loadvm"); loads != 2 {
 		t.Errorf("%d loadvm calls, want one per new VM (their domains were made, then removed)", loads)
 	}
 	if !slices.Contains(calls, "hmp:delvm") || calls[len(calls)-1] == "hmp:stop" {
@@ -65,4 +56,85 @@ func TestForkFailureLeavesNothing(t *testing.T) {
 	if state != libvirt.DomainRunning {
 		t.Errorf("source left in libvirt state %d", state)
 	}
+}
+
+// A fork is ready before the transfer snapshot's delvm, on the source and
+// on the new VMs: with delvm held, Fork returns ready VMs; once delvm
+// answers, every transfer snapshot goes (one delvm on the source, one on
+// each new VM), each under its VM's op lock.
+func TestForkDropsTransferAfterReady(t *testing.T) {
+	hv, f, src := forkSource(t)
+	ctx := context.Background()
+	held := make(chan struct{})
+	hv.mu.Lock()
+	hv.block["hmp:delvm"] = held
+	hv.mu.Unlock()
+	type result struct {
+		vms []VM
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		vms, err := f.m.Fork(ctx, src.ID, ForkOptions{Count: 2})
+		done <- result{vms, err}
+	}()
+	var vms []VM
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		vms = r.vms
+	case <-time.After(20 * time.Second):
+		close(held)
+		t.Fatal("Fork waited for a transfer snapshot's delvm")
+	}
+	for _, v := range vms {
+		if v.State != StateReady {
+			t.Errorf("fork %s is %s with delvm held, want ready", v.ID, v.State)
+		}
+	}
+	close(held)
+	if dels := count(callsAfterOps(hv, f.m, src.ID, vms[0].ID, vms[1].ID), "hmp:delvm"); dels != 3 {
+		t.Errorf("%d delvm calls, want 3 (the source's and each new VM's transfer snapshot)", dels)
+	}
+}
+
+// callsAfterOps are hv's calls once what runs under the op locks of the
+// VMs ids (a fork's transfer snapshot drops) is done.
+func callsAfterOps(hv *fakeHV, m *Manager, ids ...string) []string {
+	for _, id := range ids {
+		if mc, _, err := m.change(id); err == nil {
+			mc.op.Unlock()
+		}
+	}
+	hv.mu.Lock()
+	defer hv.mu.Unlock()
+	return slices.Clone(hv.calls)
+}
+
+func count(calls []string, name string) int {
+	n := 0
+	for _, c := range calls {
+		if c == name {
+			n++
+		}
+	}
+	return n
+}
+
+// forkSource is a farm on a fake hypervisor with one VM to fork, whose
+// monitor lists the ready snapshot.
+func forkSource(t *testing.T) (*fakeHV, *testFarm, VM) {
+	t.Helper()
+	hv := newFakeHV()
+	f := newTestFarm(t, hv, nil)
+	src, err := f.m.Create(context.Background(), tinyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hv.mu.Lock()
+	hv.hmp["info"] = hmpCaptures(t)["info-snapshots-ready"].Output
+	hv.mu.Unlock()
+	return hv, f, src
 }

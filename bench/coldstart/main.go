@@ -32,6 +32,15 @@ import (
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
+
+	"github.com/deskfarm/deskfarm/bench/internal/stats"
+)
+
+// The measures every create gives; steps follow as "step <name>".
+const (
+	measureCreate     = "Create returned (ready)"
+	measureScreenshot = "first screendump answered, from Create's start"
+	measureExec       = "first guest exec answered, from Create's start"
 )
 
 func main() {
@@ -48,7 +57,7 @@ func main() {
 	flag.Parse()
 	var err error
 	if *table != "" {
-		err = printTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
+		err = stats.PrintTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
 	} else {
 		err = run(*image, *n, *mem, *vcpus, *resets, *label, *raw, *standby, *gap)
 	}
@@ -79,8 +88,8 @@ func run(image string, n, mem, vcpus, resets int, label, raw string, standby boo
 	}
 	fmt.Fprintf(os.Stderr, "%s: first vm %s started by %s; timing %d creates from saved state\n", label, first.ID, first.Start, n)
 
-	var out samples
-	add := func(k string, d time.Duration) { out = append(out, sample{label, k, d}) }
+	var out stats.Samples
+	add := func(k string, d time.Duration) { out = append(out, stats.Sample{Build: label, Measure: k, D: d}) }
 	for i := 0; i < n; i++ {
 		time.Sleep(gap)
 		t0 := time.Now()
@@ -119,18 +128,10 @@ func run(image string, n, mem, vcpus, resets int, label, raw string, standby boo
 		}
 	}
 	if raw != "" {
-		return out.appendTo(raw)
+		return out.AppendTo(raw)
 	}
-	f, err := os.CreateTemp("", "coldstart-*.tsv")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	f.Close()
-	if err := out.appendTo(f.Name()); err != nil {
-		return err
-	}
-	return printTable(f.Name(), fmt.Sprintf("%s image, %d MiB, %d vCPU", image, mem, vcpus))
+	out.Print(fmt.Sprintf("%s image, %d MiB, %d vCPU", image, mem, vcpus))
+	return nil
 }
 
 // reportRSS prints, to stderr, the resident memory of this farm's QEMUs

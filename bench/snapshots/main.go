@@ -1,6 +1,8 @@
 // Command snapshots measures, in one run on one VM, a named snapshot's save
 // and revert next to a reset (loadvm of the ready snapshot), and forks of
-// N = 1 and N = 4 new desktops from that VM. It prints a Markdown table.
+// N = 1 and N = 4 new desktops from that VM. It prints a Markdown table,
+// or with -raw appends its samples to a file that -table prints, builds
+// side by side (compare.sh runs two revisions of vmm so).
 //
 //	go run ./bench/snapshots [-image desktop] [-n 10] [-forks 3] [-memory 1024]
 package main
@@ -26,8 +28,17 @@ func main() {
 	mem := flag.Int("memory", 1024, "guest memory in MiB")
 	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
 	verbose := flag.Bool("v", false, "log the farm's steps (with their durations) to stderr")
+	label := flag.String("label", "deskfarm", "this build's name in the samples (-raw)")
+	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
+	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
 	flag.Parse()
-	if err := run(*image, *n, *forks, *mem, *vcpus, *verbose); err != nil {
+	var err error
+	if *table != "" {
+		err = stats.PrintTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
+	} else {
+		err = run(*image, *n, *forks, *mem, *vcpus, *verbose, *label, *raw)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
 		os.Exit(1)
 	}
@@ -40,7 +51,7 @@ func exec(ctx context.Context, m *vmm.Manager, id, cmd string) error {
 	return err
 }
 
-func run(image string, n, forks, mem, vcpus int, verbose bool) error {
+func run(image string, n, forks, mem, vcpus int, verbose bool, label, raw string) error {
 	ctx := context.Background()
 	m, log, err := farm.Open(ctx, farm.DefaultStateDir)
 	if err != nil {
@@ -134,7 +145,7 @@ func run(image string, n, forks, mem, vcpus int, verbose bool) error {
 		}
 		return per, whole, nil
 	}
-	per1, whole1, err := forkOf(1)
+	per1, _, err := forkOf(1)
 	if err != nil {
 		return err
 	}
@@ -143,20 +154,24 @@ func run(image string, n, forks, mem, vcpus int, verbose bool) error {
 		return err
 	}
 
-	row := func(what string, d []time.Duration) {
-		fmt.Printf("| %s | %d | %s | %s |\n", what, len(d), stats.MS(stats.Pct(d, 50)), stats.MS(stats.Pct(d, 95)))
+	var out stats.Samples
+	add := func(what string, d []time.Duration) {
+		for _, x := range d {
+			out = append(out, stats.Sample{Build: label, Measure: what, D: x})
+		}
 	}
-	fmt.Printf("| measure (%s image, %d MiB, %d vCPU, %s; snapshot %.0f MiB) | n | median | p95 |\n|---|---|---|---|\n",
-		image, mem, vcpus, vm.Accel, float64(bytes)/(1<<20))
-	row("save a named snapshot (savevm; the VM runs on)", save)
-	row("revert to it (loadvm + clock)", revert)
-	row("revert, then the first guest exec answered", revertExec)
-	row("reset to the ready snapshot (loadvm + clock), same VM", reset)
-	row("reset, then the first guest exec answered", resetExec)
-	row("delete the named snapshot (delvm)", del)
-	row("fork N=1: the new desktop ready", per1)
-	row("fork N=4: whole fork", whole4)
-	row("fork N=4: per new desktop (whole / 4)", per4)
-	_ = whole1
+	add("save a named snapshot (savevm; the VM runs on)", save)
+	add("revert to it (loadvm + clock)", revert)
+	add("revert, then the first guest exec answered", revertExec)
+	add("reset to the ready snapshot (loadvm + clock), same VM", reset)
+	add("reset, then the first guest exec answered", resetExec)
+	add("delete the named snapshot (delvm)", del)
+	add("fork N=1: the new desktop ready", per1)
+	add("fork N=4: whole fork", whole4)
+	add("fork N=4: per new desktop (whole / 4)", per4)
+	if raw != "" {
+		return out.AppendTo(raw)
+	}
+	out.Print(fmt.Sprintf("%s image, %d MiB, %d vCPU, %s; snapshot %.0f MiB", image, mem, vcpus, vm.Accel, float64(bytes)/(1<<20)))
 	return nil
 }
