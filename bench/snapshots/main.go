@@ -27,7 +27,7 @@ func main() {
 	forks := flag.Int("forks", 3, "forks of each size")
 	mem := flag.Int("memory", 1024, "guest memory in MiB")
 	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
-	verbose := flag.Bool("v", false, "log the farm's steps (with their durations) to stderr")
+	verbose := flag.Bool("v", false, "log the farm's steps (with their durations, and loadvm's) to stderr")
 	label := flag.String("label", "deskfarm", "this build's name in the samples (-raw)")
 	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
 	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
@@ -59,7 +59,7 @@ func run(image string, n, forks, mem, vcpus int, verbose bool, label, raw string
 	}
 	if verbose {
 		m.Close()
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		if m, err = vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: log}); err != nil {
 			return err
 		}
