@@ -54,7 +54,12 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
 	mcs, unlock := m.forkMachines(src.spec, opts)
-	defer unlock()
+	made := false
+	defer func() {
+		if !made {
+			unlock()
+		}
+	}()
 	if err := m.admitAll(mcs); err != nil {
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
@@ -69,6 +74,7 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 	if err != nil {
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
+	made = true
 	m.log.Info("vm forked", "vm", id, "op", "fork", "count", len(mcs), "duration", time.Since(start).Round(time.Millisecond),
 		"source_paused_and_copied", copied.Round(time.Millisecond))
 	return vms, nil
@@ -91,7 +97,9 @@ func (m *Manager) forkImage(spec machineSpec) (BaseImage, error) {
 }
 
 // forkMachines are the records of opts.Count new VMs like spec, op-locked
-// before they are visible (as Create does) until unlock.
+// before they are visible (as Create does) until unlock. Once makeForks
+// has made them, their locks are its (see there): the caller unlocks only
+// when it failed.
 func (m *Manager) forkMachines(spec machineSpec, opts ForkOptions) ([]*machine, func()) {
 	mcs := make([]*machine, opts.Count)
 	for i := range mcs {
@@ -105,8 +113,10 @@ func (m *Manager) forkMachines(spec machineSpec, opts ForkOptions) ([]*machine, 
 	}
 }
 
-// makeForks makes the admitted mcs from the fork template tmpl holding the
-// transfer snapshot snap. With take, the last fork takes tmpl itself once
+// makeForks makes the admitted, op-locked mcs from the fork template tmpl
+// holding the transfer snapshot snap; once they are made it owns their op
+// locks (each unlocked after its transfer snapshot's drop), and on error
+// leaves them to the caller. With take, the last fork takes tmpl itself once
 // the others' copies are done (a fork of one copies nothing more); without
 // it every fork copies and tmpl stays. On error none is left.
 func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, spec machineSpec, tmpl, snap string, take bool, source string) ([]VM, error) {
@@ -151,11 +161,13 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 	for i, mc := range mcs {
 		m.publish(EventReady, mc, "")
 		vms[i] = mc.describe()
-		// Waits for the fork's op lock, which Fork holds until it returns.
+		// The fork's op lock, held since forkMachines, passes to the
+		// drop: the next operation on the fork finds it done.
 		go func() {
+			defer mc.op.Unlock()
 			bctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 			defer cancel()
-			m.dropTransfer(bctx, mc.spec.ID, snap)
+			m.dropTransfer(bctx, mc, snap)
 		}()
 	}
 	return vms, nil
@@ -306,20 +318,16 @@ func (m *Manager) dropSourceTransfer(ctx context.Context, mc *machine, h handles
 }
 
 // dropTransfer deletes the transfer snapshot from a new fork once it is
-// ready (its RAM would count in the fork's disk), under its op lock: after
-// the fork's ready event rather than before, as the fork needs it no more
-// once loaded.
-func (m *Manager) dropTransfer(ctx context.Context, id, snap string) {
-	mc, st, err := m.change(id)
-	if err != nil {
-		return // gone already: its disk with it
-	}
-	defer mc.op.Unlock()
-	if st.mon == nil {
+// ready (its RAM would count in the fork's disk). The caller holds mc's op
+// lock, taken before the fork was visible: after the fork's ready event
+// rather than before, as the fork needs it no more once loaded.
+func (m *Manager) dropTransfer(ctx context.Context, mc *machine, snap string) {
+	h := mc.handles()
+	if h.mon == nil {
 		return
 	}
-	if err := st.mon.delVM(ctx, snap); err != nil {
-		m.log.Warn("transfer snapshot left on a fork", "vm", id, "op", "fork", "snapshot", snap, "err", err)
+	if err := h.mon.delVM(ctx, snap); err != nil {
+		m.log.Warn("transfer snapshot left on a fork", "vm", mc.spec.ID, "op", "fork", "snapshot", snap, "err", err)
 	}
 }
 

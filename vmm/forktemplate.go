@@ -198,7 +198,12 @@ func (m *Manager) forkFrom(ctx context.Context, t *ForkTemplate, opts ForkOption
 		return nil, fmt.Errorf("fork from template of vm %s: %w", t.Info.Source, err)
 	}
 	mcs, unlock := m.forkMachines(spec, opts)
-	defer unlock()
+	made := false
+	defer func() {
+		if !made {
+			unlock()
+		}
+	}()
 	if err := m.admitAll(mcs); err != nil {
 		return nil, fmt.Errorf("fork from template of vm %s: %w", t.Info.Source, err)
 	}
@@ -206,6 +211,7 @@ func (m *Manager) forkFrom(ctx context.Context, t *ForkTemplate, opts ForkOption
 	if err != nil {
 		return nil, fmt.Errorf("fork from template of vm %s: %w", t.Info.Source, err)
 	}
+	made = true
 	m.log.Info("vms forked from a template", "vm", t.Info.Source, "op", "fork", "count", len(vms),
 		"duration", time.Since(start).Round(time.Millisecond))
 	return vms, nil

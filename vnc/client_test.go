@@ -520,8 +520,15 @@ func TestClientClose(t *testing.T) {
 	sub := c.Subscribe()
 	c.Close()
 	c.Close()
-	if _, ok := <-sub.C; ok {
-		t.Error("subscription open after Close")
+	// A damage the server sent before Close may wait in the channel's
+	// buffer; after it the channel must be closed.
+	timeout := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-sub.C:
+		case <-timeout:
+			t.Fatal("subscription open after Close")
+		}
 	}
 	if err := c.Err(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Err after Close: %v", err)
