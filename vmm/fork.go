@@ -322,11 +322,7 @@ func (m *Manager) dropSourceTransfer(ctx context.Context, mc *machine, h handles
 // lock, taken before the fork was visible: after the fork's ready event
 // rather than before, as the fork needs it no more once loaded.
 func (m *Manager) dropTransfer(ctx context.Context, mc *machine, snap string) {
-	h := mc.handles()
-	if h.mon == nil {
-		return
-	}
-	if err := h.mon.delVM(ctx, snap); err != nil {
+	if err := mc.handles().mon.delVM(ctx, snap); err != nil {
 		m.log.Warn("transfer snapshot left on a fork", "vm", mc.spec.ID, "op", "fork", "snapshot", snap, "err", err)
 	}
 }

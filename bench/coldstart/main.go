@@ -30,10 +30,9 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
+	"github.com/deskfarm/deskfarm/bench/internal/stats"
 	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
-
-	"github.com/deskfarm/deskfarm/bench/internal/stats"
 )
 
 // The measures every create gives; steps follow as "step <name>".
