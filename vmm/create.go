@@ -297,14 +297,25 @@ func (c *creation) restoreFrom(ctx context.Context, name, op string) error {
 func (c *creation) waitDisplay(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.m.cfg.BootTimeout)
 	defer cancel()
-	return c.h.session.waitReady(ctx, c.alive(ctx))
+	return c.withConsole(c.h.session.waitReady(ctx, c.alive(ctx)))
+}
+
+// withConsole adds the guest console's last lines to a boot wait that
+// timed out: a guest that hangs in its boot says where only there (a
+// tiny VM once sat 3 min before its display in a CI run, 2026-12-02, and
+// nothing else told why).
+func (c *creation) withConsole(err error) error {
+	if !errors.Is(err, ErrTimeout) {
+		return err
+	}
+	return fmt.Errorf("%w; console tail: %s", err, tail(c.mc.consoleLog(), 8))
 }
 
 // waitAgent waits, within Config.AgentTimeout, for the guest agent.
 func (c *creation) waitAgent(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.m.cfg.AgentTimeout)
 	defer cancel()
-	return c.h.agent.waitReady(ctx, c.alive(ctx))
+	return c.withConsole(c.h.agent.waitReady(ctx, c.alive(ctx)))
 }
 
 // guestNetworkScript gives the guest's NIC QEMU user-mode networking's

@@ -108,6 +108,7 @@ func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
 		for _, a := range cf.agents {
 			if t.Failed() {
 				t.Logf("agent %s log:\n%s", a.node, tail(a.log.String(), 120))
+				logConsoles(t, a)
 			}
 			if err := a.farm.Stop(); err != nil {
 				t.Error(err)
@@ -128,6 +129,19 @@ func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
 	}
 	cf.waitFree(t, want, 3*time.Minute)
 	return cf
+}
+
+// logConsoles logs the last lines of each of a's VMs' serial consoles,
+// where a guest that hangs in its boot says why.
+func logConsoles(t *testing.T, a *clusterAgent) {
+	logs, _ := filepath.Glob(filepath.Join(a.state, "vms", "*", "console.log"))
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		t.Logf("agent %s vm %s console:\n%s", a.node, filepath.Base(filepath.Dir(f)), tail(string(b), 30))
+	}
 }
 
 // applyYAML is kubectl apply -n ns of a manifest, as a user would.
