@@ -34,6 +34,12 @@ const (
 	clusterViewer  = "cluster-e2e-viewer-token-0123456789"
 	clusterNodeKey = "cluster-e2e-node-token-0123456789"
 	clusterLease   = 4 * time.Second
+	// clusterBootTimeout: a tiny VM is ready 17-20 s after power-on, and
+	// a guest hung in its boot (one sat 3 min in a CI run, 2026-12-02) is
+	// replaced after this, plus the pool's 30 s backoff and a boot, within
+	// the first wait for free desktops (clusterFirstFree).
+	clusterBootTimeout = 90 * time.Second
+	clusterFirstFree   = 4 * time.Minute
 )
 
 type clusterAgent struct {
@@ -95,7 +101,8 @@ func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
 			Bin: bin, StateDir: a.state, Listen: listen, Log: a.log, Prefix: []string{"ip", "netns", "exec", n.Name},
 			Args: []string{"--kubeconfig", cp.Kubeconfig, "--node", node, "--advertise", a.baseURL,
 				"--namespace", ns, "--node-lease", clusterLease.String(), "--cluster-token-file", keyFile,
-				"--token", clusterToken, "--viewer-token", clusterViewer, "--ksm=false"},
+				"--token", clusterToken, "--viewer-token", clusterViewer, "--ksm=false",
+				"--boot-timeout", clusterBootTimeout.String()},
 		})
 		if err != nil {
 			t.Fatalf("agent %s: %v\n%s", node, err, a.log)
@@ -127,7 +134,7 @@ func startClusterOf(t *testing.T, netns []string, pool []byte) *clusterFarm {
 	for _, a := range cf.agents {
 		want[a.node] = 1
 	}
-	cf.waitFree(t, want, 3*time.Minute)
+	cf.waitFree(t, want, clusterFirstFree)
 	return cf
 }
 

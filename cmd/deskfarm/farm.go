@@ -74,7 +74,7 @@ func openFarm(ctx context.Context, cfg farmConfig) (vmm.Farm, func() error, erro
 	store := &images.Store{CacheDir: cfg.CacheDir, Log: slog.Default()}
 	m, err := vmm.New(ctx, vmm.Config{StateDir: cfg.StateDir, Accel: cfg.Accel, LibvirtSocket: cfg.LibvirtSocket,
 		Images: vmm.StoreImages{Store: store}, Log: slog.Default(), MemoryOvercommit: cfg.MemoryOvercommit,
-		Standby: !cfg.NoStandby})
+		Standby: !cfg.NoStandby, BootTimeout: cfg.BootTimeout})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -87,6 +87,10 @@ type farmConfig struct {
 	// its floor on the host's MemAvailable). Default
 	// defaultMemoryOvercommit.
 	MemoryOvercommit float64
+	// BootTimeout bounds a boot from power-on to the guest's ready
+	// (--boot-timeout, vmm.Config.BootTimeout); a guest hung in its boot
+	// is destroyed then, and its pool boots another after a backoff.
+	BootTimeout time.Duration
 }
 
 // Serve defaults.
@@ -103,6 +107,13 @@ const (
 	// and admission's MemAvailable floor stops creates when the host is
 	// actually short.
 	defaultMemoryOvercommit = 3
+	// defaultBootTimeout is vmm's: a desktop image boots in 30-70 s under
+	// TCG on a loaded 2-core host, so 240 s is a hung guest, not a slow
+	// one. Under KVM, or for the tiny image (17 s), an operator may cut
+	// it so a hung boot is replaced sooner.
+	defaultBootTimeout = 240 * time.Second
+	minBootTimeout     = 10 * time.Second
+	maxBootTimeout     = time.Hour
 
 	// shutdownGrace is how long in-flight requests get to finish after
 	// SIGINT/SIGTERM; then they are canceled (a create removes what it made).
@@ -124,6 +135,8 @@ func (c farmConfig) validate() error {
 		return errors.New("--libvirt-socket is empty")
 	case c.MemoryOvercommit < 1:
 		return fmt.Errorf("--memory-overcommit %g: want 1 (none) or more", c.MemoryOvercommit)
+	case c.BootTimeout < minBootTimeout || c.BootTimeout > maxBootTimeout:
+		return fmt.Errorf("--boot-timeout %s: want a duration from %s to %s, e.g. 240s", c.BootTimeout, minBootTimeout, maxBootTimeout)
 	case c.Token != "" && c.Token == c.ViewerToken:
 		return errors.New("--viewer-token is the same as --token: a viewer would hold the control token")
 	case c.Cluster != nil && (c.Cluster.Token == c.Token || c.Cluster.Token == c.ViewerToken):
@@ -220,6 +233,7 @@ finds them again.`,
 	fs.StringVar(&budget, "trajectory-budget", "20GiB", "disk the recorded trajectories (STATE-DIR/trajectories) may take; past it the oldest finished are removed")
 	fs.StringVar(&retention, "trajectory-retention", "7d", "age past which finished trajectories are removed, e.g. 7d or 36h; negative keeps them")
 	fs.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", defaultMemoryOvercommit, "guests may together have this many times the host's memory (less 2 GiB kept for it); above 1, creates also stop while the host's MemAvailable is short")
+	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", defaultBootTimeout, "how long a VM's boot may take to its desktop being ready; a guest hung in its boot is destroyed then, and its pool boots another")
 	fs.BoolVar(&standbyOn, "standby", true, "keep one VM per image and size in use made ahead and paused, so the next create from saved state only continues it (about 0.05 s instead of 2); it holds the memory of an idle VM until a create needs it")
 	fs.BoolVar(&ksmOn, "ksm", true, "merge the guests' identical pages with the kernel's KSM while serving (as root, where /sys/kernel/mm/ksm is writable); the host's settings are restored on exit")
 	addClusterFlags(cmd, &cf) // cluster.go

@@ -245,7 +245,7 @@ func TestServeFlags(t *testing.T) {
 	_, err := run(t, "serve", "--listen", "127.0.0.1:0", "--warm", "desktop", "--pools", "p.yaml", "--novnc-dir", "/nv",
 		"--token", "tok", "--pool", "desktop.min_warm=2", "--pool", "desktop.max=3", "--accel", "tcg",
 		"--viewer-token", "vtok", "--trust-loopback=false", "--allow-host", "a.example", "--allow-host", "b.example:443",
-		"--trajectory-budget", "5GiB", "--trajectory-retention", "36h", "--ksm=false", "--memory-overcommit", "1.5")
+		"--trajectory-budget", "5GiB", "--trajectory-retention", "36h", "--ksm=false", "--memory-overcommit", "1.5", "--boot-timeout", "90s")
 	if err == nil || !strings.Contains(err.Error(), "stop here") {
 		t.Fatalf("serve: %v", err)
 	}
@@ -253,11 +253,11 @@ func TestServeFlags(t *testing.T) {
 		LibvirtSocket: defaultLibvirtSocket, Token: "tok", NoVNCDir: "/nv", Warm: "desktop", Pools: "p.yaml",
 		PoolOverrides: []string{"desktop.min_warm=2", "desktop.max=3"},
 		ViewerToken:   "vtok", NoLoopbackTrust: true, AllowHosts: []string{"a.example", "b.example:443"},
-		TrajectoryBudget: 5 << 30, TrajectoryRetention: 36 * time.Hour, NoKSM: true, MemoryOvercommit: 1.5}
+		TrajectoryBudget: 5 << 30, TrajectoryRetention: 36 * time.Hour, NoKSM: true, MemoryOvercommit: 1.5, BootTimeout: 90 * time.Second}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("farm config\n got %+v\nwant %+v", got, want)
 	}
-	for _, bad := range [][]string{{"--memory-overcommit", "0.5"}, {"--trajectory-budget", "lots"}, {"--trajectory-budget", "-1GB"}, {"--trajectory-retention", "a week"}} {
+	for _, bad := range [][]string{{"--memory-overcommit", "0.5"}, {"--trajectory-budget", "lots"}, {"--trajectory-budget", "-1GB"}, {"--trajectory-retention", "a week"}, {"--boot-timeout", "5s"}, {"--boot-timeout", "2h"}} {
 		if _, err := run(t, append([]string{"serve"}, bad...)...); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%q: %v", bad, err)
 		}
