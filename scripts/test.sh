@@ -15,6 +15,9 @@
 # state dirs and mostly wait). Each phase prints its duration, so a slow run says
 # where its time went (docs/benchmarks.md, "make test on a fresh machine").
 #
+# Tests named *HostFaultsE2E (a libvirtd restart) run alone after both
+# streams, as they would break the other stream's calls.
+#
 # Every phase runs even if an earlier E2E phase failed, so one run shows
 # every failure; the exit status is the first failure's.
 set -uo pipefail
@@ -43,7 +46,13 @@ phase() {
 	return $r
 }
 
-e2e() { DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout "$GO_TEST_TIMEOUT" -p 1 -run 'E2E' "$@"; }
+# e2e [FLAG...] PKG...: the E2E tests of PKGs, one package at a time, but
+# the host-fault tests (below).
+e2e() { DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout "$GO_TEST_TIMEOUT" -p 1 -run 'E2E' -skip "$hostFaults" "$@"; }
+# Tests named *HostFaultsE2E disturb what every farm on the host shares
+# (TestHostFaultsE2E restarts libvirtd): they run alone, after the rest.
+hostFaults='HostFaultsE2E$'
+
 # waitkube waits for the build's status file: the cluster tests' job is
 # not the build's parent, so it cannot wait for it.
 waitkube() {
@@ -109,6 +118,10 @@ wait $cluster
 c=$?
 cat bin/e2e-cluster.log
 [ $rc != 0 ] || rc=$c
+mapfile -t faultpkgs < <(grep -rlE --include='*_test.go' '^func Test[A-Za-z0-9_]*HostFaultsE2E\(' . | xargs -r -n1 dirname | sort -u)
+if [ ${#faultpkgs[@]} -gt 0 ]; then
+	phase e2e-host-faults env DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout "$GO_TEST_TIMEOUT" -p 1 -run "$hostFaults" "${faultpkgs[@]}"
+fi
 phase soak go run ./bench/soak -duration 2m -parallel "$SOAK_PARALLEL"
 phase leftovers scripts/check-leftovers.sh
 e=$(date +%s)

@@ -233,7 +233,11 @@ func errCode(err error) string {
 	return ""
 }
 
-func TestFaultsE2E(t *testing.T) {
+// TestHostFaultsE2E restarts the host's libvirtd (LibvirtdRestarted),
+// which every farm on the host sees: scripts/test.sh runs tests named
+// *HostFaultsE2E alone, after the other E2E tests (in a CI run beside
+// them, the restart cut an images test's guest call short).
+func TestHostFaultsE2E(t *testing.T) {
 	f := startFaultFarm(t)
 
 	t.Run("AgentNeverAnswers", func(t *testing.T) { testAgentNeverAnswers(t, f) })
