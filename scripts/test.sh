@@ -12,8 +12,9 @@
 # E2E tests, which leave a core idle for much of their time (a TCG guest
 # waiting on its screen, a poll's sleep). The cluster packages' E2E tests
 # run once it is built, beside the other packages' (they keep their own
-# state dirs and mostly wait). Each phase prints its duration, so a slow run says
-# where its time went (docs/benchmarks.md, "make test on a fresh machine").
+# state dirs and mostly wait). Each phase prints its duration, so a slow
+# run says where its time went (docs/benchmarks.md, "make test on a fresh
+# machine").
 #
 # Tests named *HostFaultsE2E (a libvirtd restart) run alone after both
 # streams, as they would break the other stream's calls.
@@ -46,9 +47,13 @@ phase() {
 	return $r
 }
 
-# e2e [FLAG...] PKG...: the E2E tests of PKGs, one package at a time, but
-# the host-fault tests (below).
-e2e() { DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout "$GO_TEST_TIMEOUT" -p 1 -run 'E2E' -skip "$hostFaults" "$@"; }
+# e2e RUN SKIP PKG...: the tests of PKGs matching RUN and not SKIP, one
+# package at a time.
+e2e() {
+	local run=$1 skip=$2
+	shift 2
+	DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout "$GO_TEST_TIMEOUT" -p 1 -run "$run" -skip "$skip" "$@"
+}
 # Tests named *HostFaultsE2E disturb what every farm on the host shares
 # (TestHostFaultsE2E restarts libvirtd): they run alone, after the rest.
 hostFaults='HostFaultsE2E$'
@@ -76,7 +81,7 @@ waitkube() {
 # scripts/test.sh cluster-e2e PKG...: the cluster stream (see below).
 if [ "${1:-}" = cluster-e2e ]; then
 	shift
-	phase kube-wait waitkube && phase e2e-cluster e2e "$@"
+	phase kube-wait waitkube && phase e2e-cluster e2e E2E "$hostFaults" "$@"
 	exit
 fi
 
@@ -85,7 +90,8 @@ mkdir -p bin
 # interrupted or failed run kills their compilers and tests with them.
 jobs_=()
 trap 'for j in "${jobs_[@]}"; do kill -- -"$j" 2>/dev/null; done' EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 echo "test: kube: building or finding the control plane in the background (log bin/kube-build.log)"
 rm -f bin/kube-build.rc
 setsid bash -c 'scripts/kube/build.sh >bin/kube-build.out 2>bin/kube-build.log; echo $? >bin/kube-build.rc' &
@@ -113,14 +119,14 @@ echo "test: E2E: ${#rest[@]} packages, and beside them, once the control plane i
 KUBE_PID=$kube setsid "$self" cluster-e2e "${kubepkgs[@]}" >bin/e2e-cluster.log 2>&1 &
 cluster=$!
 jobs_+=($cluster)
-phase e2e e2e "${rest[@]}"
+phase e2e e2e E2E "$hostFaults" "${rest[@]}"
 wait $cluster
 c=$?
 cat bin/e2e-cluster.log
 [ $rc != 0 ] || rc=$c
 mapfile -t faultpkgs < <(grep -rlE --include='*_test.go' '^func Test[A-Za-z0-9_]*HostFaultsE2E\(' . | xargs -r -n1 dirname | sort -u)
 if [ ${#faultpkgs[@]} -gt 0 ]; then
-	phase e2e-host-faults env DESKFARM_REQUIRE_VM=1 go test -count=1 -timeout "$GO_TEST_TIMEOUT" -p 1 -run "$hostFaults" "${faultpkgs[@]}"
+	phase e2e-host-faults e2e "$hostFaults" '' "${faultpkgs[@]}"
 fi
 phase soak go run ./bench/soak -duration 2m -parallel "$SOAK_PARALLEL"
 phase leftovers scripts/check-leftovers.sh
