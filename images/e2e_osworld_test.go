@@ -20,6 +20,24 @@ func inSession(cmd string) []string {
 		"set -a; . /home/user/.deskfarm-session-env; set +a; cd /home/user; " + cmd}
 }
 
+// sessionShell gives a test run (a command in the session, its output and
+// exit code) and must (the same, failing the test unless it exits 0).
+func sessionShell(t *testing.T, m *vmm.Manager, id string) (run func(cmd string, timeout time.Duration) (string, int, error), must func(cmd string) string) {
+	run = func(cmd string, timeout time.Duration) (string, int, error) {
+		res, err := m.Exec(context.Background(), id, vmm.ExecRequest{Argv: inSession(cmd), Timeout: timeout})
+		return string(res.Stdout) + string(res.Stderr), res.ExitCode, err
+	}
+	must = func(cmd string) string {
+		t.Helper()
+		out, code, err := run(cmd, 120*time.Second)
+		if err != nil || code != 0 {
+			t.Fatalf("%q: exit %d, %v: %s", cmd, code, err, out)
+		}
+		return out
+	}
+	return run, must
+}
+
 // TestE2EOSWorldImage boots the osworld image at OSWorld's 1920x1080 and
 // checks, in the guest, what OSWorld's harness relies on: python is
 // Python 3 with an importable pyautogui that moves the real pointer and
@@ -43,18 +61,7 @@ func TestE2EOSWorldImage(t *testing.T) {
 	}
 	t.Logf("osworld ready in %s (boot %.1fs, accel %s)", time.Since(start).Round(time.Millisecond), vm.BootSeconds, vm.Accel)
 
-	run := func(cmd string, timeout time.Duration) (string, int, error) {
-		res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: inSession(cmd), Timeout: timeout})
-		return string(res.Stdout) + string(res.Stderr), res.ExitCode, err
-	}
-	must := func(cmd string) string {
-		t.Helper()
-		out, code, err := run(cmd, 60*time.Second)
-		if err != nil || code != 0 {
-			t.Fatalf("%q: exit %d, %v: %s", cmd, code, err, out)
-		}
-		return out
-	}
+	run, must := sessionShell(t, m, vm.ID)
 	// waitFor polls cmd until its output contains want.
 	waitFor := func(what, cmd, want string, limit time.Duration) {
 		t.Helper()
@@ -323,5 +330,79 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	}
 	if err := m.Destroy(ctx, vm.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestE2EOSWorldVSCode starts VS Code in the osworld image as OSWorld's
+// vs_code tasks do (launch "code", then activate_window "Visual Studio
+// Code") and checks what their graders read: the window is there under
+// that title with VS Code's class, a setting changed in the workbench lands
+// in ~/.config/Code/User/settings.json, and the CLI answers VS Code's
+// version and an (empty) extension list. The image's code is code-server
+// from npm on Debian's Node (images/recipes/osworld/code-server.sh).
+func TestE2EOSWorldVSCode(t *testing.T) {
+	m := testenv.Manager(t, "osworld")
+	ctx := context.Background()
+	start := time.Now()
+	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Destroy(ctx, vm.ID) }()
+	t.Logf("osworld ready in %s", time.Since(start).Round(time.Millisecond))
+	run, must := sessionShell(t, m, vm.ID)
+	if out := must("code --version"); !strings.HasPrefix(out, "1.87.0\n") {
+		t.Fatalf("code --version: %q, want VS Code's 1.87.0 first", out)
+	}
+	if out := must("code --list-extensions; echo listed"); strings.TrimSpace(out) != "listed" {
+		t.Fatalf("code --list-extensions on a fresh profile: %q, want nothing", out)
+	}
+	if out, _, _ := run("cat /home/user/.config/Code/User/settings.json", time.Minute); strings.Contains(out, "minimap") {
+		t.Fatalf("settings.json already has the setting the test makes: %s", out)
+	}
+
+	// As OSWorld's SetupController launches it.
+	must("setsid -f code >/dev/null 2>&1 </dev/null")
+	began := time.Now()
+	var title string
+	for title == "" {
+		out, _, err := run("wmctrl -lx", time.Minute)
+		for _, line := range strings.Split(out, "\n") {
+			// Chromium's app window: WM_CLASS "Code" as VS Code's; the
+			// instance half is the page's host ("127.0.0.1").
+			if strings.Contains(line, ".Code ") && strings.Contains(line, "Visual Studio Code") {
+				title = line
+			}
+		}
+		if title == "" && time.Since(began) > 5*time.Minute {
+			log, _, _ := run("tail -n 20 /home/user/.config/Code/code-server.log", time.Minute)
+			t.Fatalf("no window of class Code titled \"Visual Studio Code\" in 5 min (last: %v):\n%s\nserver log:\n%s", err, out, log)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("VS Code's window after %s: %s", time.Since(began).Round(100*time.Millisecond), title)
+
+	// A setting changed through the workbench (View: Toggle Minimap writes
+	// editor.minimap.enabled into the user's settings), typed as an agent
+	// would: the command palette, the command, Enter. The workbench may
+	// still be loading its parts under TCG, so the keys are sent again
+	// until the file shows it.
+	began = time.Now()
+	for {
+		_, _, _ = run("wmctrl -a 'Visual Studio Code'; sleep 1; xdotool key --clearmodifiers ctrl+shift+p; sleep 3; xdotool type --delay 60 'View: Toggle Minimap'; sleep 3; xdotool key Return", 2*time.Minute)
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if out, _, _ := run("cat /home/user/.config/Code/User/settings.json", time.Minute); strings.Contains(out, `"editor.minimap.enabled"`) {
+				t.Logf("settings.json after %s: %s", time.Since(began).Round(100*time.Millisecond), strings.Join(strings.Fields(out), " "))
+				return
+			}
+			time.Sleep(2 * time.Second)
+		}
+		if time.Since(began) > 4*time.Minute {
+			wins, _, _ := run("wmctrl -l", time.Minute)
+			log, _, _ := run("tail -n 20 /home/user/.config/Code/code-server.log", time.Minute)
+			t.Fatalf("the workbench's setting never reached ~/.config/Code/User/settings.json in 4 min; windows:\n%s\nserver log:\n%s", wins, log)
+		}
+		_, _, _ = run("xdotool key Escape", time.Minute)
 	}
 }

@@ -13,8 +13,10 @@ timezone=America/Los_Angeles
 # gnome-terminal and the apps below replace lxterminal and mousepad.
 session_packages=(openbox lxpanel pcmanfm)
 extra_packages=(
-	# OSWorld's apps (Google Chrome and VS Code are not Debian packages)
-	chromium chromium-sandbox
+	# OSWorld's apps (Google Chrome and VS Code are not Debian packages:
+	# Chromium stands in for one, code-server from npm on Debian's Node.js
+	# for the other; code-server.sh)
+	chromium chromium-sandbox nodejs ripgrep
 	libreoffice-calc libreoffice-writer libreoffice-impress libreoffice-gtk3
 	libreoffice-style-colibre fonts-liberation2 fonts-crosextra-carlito
 	fonts-crosextra-caladea
@@ -62,6 +64,16 @@ variant_configure() {
 	site=$(in_root python3 -c 'import sys; print("/usr/local/lib/python3.%d/dist-packages" % sys.version_info[1])')
 	put 0644 pyautogui.py "$site/pyautogui.py"
 	put 0644 vlcrc $home/.config/vlc/vlcrc
+	# VS Code (code-server.sh builds it on this host; the code command
+	# maps VS Code's paths onto it).
+	bash "$variant/code-server.sh" "$work/code-server"
+	rm -rf "$root/usr/lib/code-server"
+	cp -a "$work/code-server" "$root/usr/lib/code-server"
+	chown -R root:root "$root/usr/lib/code-server"
+	rm -rf "$work/code-server"
+	put 0644 code-server-config.yaml /usr/lib/code-server/deskfarm-config.yaml
+	put 0755 code /usr/local/bin/code
+	put 0644 code.desktop /usr/share/applications/code.desktop
 	local d
 	for d in Documents Downloads Music Pictures Public Templates Videos; do
 		mkdir -p "$root$home/$d"
@@ -96,6 +108,9 @@ variant_check() {
 	check sh -c 'unzip -v && zip -v && xz --version && jq --version && git --version && echo 2+2 | bc && pip --version'
 	check sh -c 'pulseaudio --version && pactl --version'
 	check totem --version
+	# VS Code: its CLI runs on the guest's Node (the native modules load:
+	# --list-extensions opens spdlog's log) and answers VS Code's version.
+	check "${as_user[@]}" sh -c 'code --version | grep -Fx 1.87.0 && code --list-extensions'
 	check sh -c 'xdg-mime query default video/mp4 | grep -Fx org.gnome.Totem.desktop'
 	check sh -c 'test "$(date +%Z)" != UTC && date +%Z && cat /etc/timezone'
 	# Each schema a grader reads, and the key it reads.
