@@ -44,6 +44,13 @@ fi
 # npm installs noVNC. A machine whose Node.js comes from elsewhere (e.g.
 # NodeSource, which bundles npm and conflicts with Debian's npm) keeps its own.
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+# The osworld image's VS Code (images/recipes/osworld/code-server.sh) builds
+# native Node modules on this host: a C++ compiler, make, and Node's
+# headers (NodeSource's Node.js carries them; Debian's are in libnode-dev).
+command -v c++ >/dev/null 2>&1 || pkgs+=(g++)
+command -v make >/dev/null 2>&1 || pkgs+=(make)
+node_prefix=$(dirname "$(dirname "$(readlink -f "$(command -v node || echo /usr/bin/node)")")")
+[ -e "$node_prefix/include/node/node_api.h" ] || pkgs+=(libnode-dev)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -4,8 +4,9 @@
 # logged in automatically; the QEMU guest agent; deskfarm-guestd and the
 # readiness signal on the virtio-serial port org.deskfarm.session.0) plus
 # what OSWorld's tasks (github.com/xlang-ai/OSWorld) run, from Debian
-# packages only:
-#   Chromium behind a google-chrome command, LibreOffice Calc/Writer/Impress,
+# packages, and VS Code from the npm registry (code-server.sh):
+#   Chromium behind a google-chrome command, VS Code (code-server on
+#   Debian's Node.js) behind a code command, LibreOffice Calc/Writer/Impress,
 #   GIMP, VLC with its HTTP interface on :8080 (password "password"),
 #   Thunderbird, gnome-terminal, xterm, nautilus, socat, wmctrl, xdotool,
 #   the AT-SPI stack with accessibility on, python (= python3) with Xlib,

@@ -111,6 +111,9 @@ variant_check() {
 	# VS Code: its CLI runs on the guest's Node (the native modules load:
 	# --list-extensions opens spdlog's log) and answers VS Code's version.
 	check "${as_user[@]}" sh -c 'code --version | grep -Fx 1.87.0 && code --list-extensions'
+	# Its native modules, built on the build host against Node-API, load
+	# in the guest's Node.
+	check node -e 'for (const m of ["node-pty", "@vscode/spdlog", "native-watchdog", "@parcel/watcher"]) { require("/usr/lib/code-server/lib/vscode/node_modules/" + m); console.log("loaded", m, "in node", process.version) }; require("/usr/lib/code-server/node_modules/argon2")'
 	check sh -c 'xdg-mime query default video/mp4 | grep -Fx org.gnome.Totem.desktop'
 	check sh -c 'test "$(date +%Z)" != UTC && date +%Z && cat /etc/timezone'
 	# Each schema a grader reads, and the key it reads.
