@@ -197,10 +197,16 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	must("setsid -f libreoffice --calc >/dev/null 2>&1 </dev/null")
 	waitFor("LibreOffice Calc window", "wmctrl -l", "LibreOffice Calc", 300*time.Second)
 
-	// Chromium's window carries Chrome's class, and google-chrome.desktop
-	// names the wrapper.
+	// Chromium's window carries Chrome's class and Chrome's title (the
+	// image's locale pack, chrome-names.py), as tasks that activate or
+	// match "Google Chrome" by title need, and google-chrome.desktop names
+	// the wrapper.
 	if out := must("wmctrl -lx"); !strings.Contains(out, ".Google-chrome ") {
 		t.Fatalf("no window of class Google-chrome:\n%s", out)
+	}
+	waitFor("a window titled \"… - Google Chrome\"", "wmctrl -l", " - Google Chrome", 60*time.Second)
+	if out := must("wmctrl -l"); strings.Contains(out, "Chromium") {
+		t.Fatalf("a window title still says Chromium:\n%s", out)
 	}
 	if out := must("grep -x 'Exec=/usr/local/bin/google-chrome %U' /usr/share/applications/google-chrome.desktop"); out == "" {
 		t.Fatal("google-chrome.desktop does not start the wrapper")
@@ -356,6 +362,19 @@ func TestE2EOSWorldVSCode(t *testing.T) {
 	}
 	if out := must("code --list-extensions; echo listed"); strings.TrimSpace(out) != "listed" {
 		t.Fatalf("code --list-extensions on a fresh profile: %q, want nothing", out)
+	}
+	// Extensions: an install that cannot work offline fails with VS
+	// Code's status 1 and says why (code-server alone says 0); a .vsix
+	// installs and is listed, and uninstalls.
+	if out, code, err := run("code --install-extension ms-python.python", 3*time.Minute); err != nil || code != 1 || !strings.Contains(out, "open-vsx.org") {
+		t.Fatalf("an offline install from the gallery: exit %d, %v: %q; want exit 1 naming the gallery", code, err, out)
+	}
+	must(`cd /tmp && mkdir -p vsix/extension && echo '{"name":"hello","publisher":"deskfarm","version":"0.0.1","engines":{"vscode":"^1.50.0"}}' >vsix/extension/package.json && cd vsix && python3 -c "import zipfile; z = zipfile.ZipFile('/tmp/hello.vsix', 'w'); z.write('extension/package.json'); z.close()"`)
+	if out := must("code --install-extension /tmp/hello.vsix && code --list-extensions"); !strings.HasSuffix(out, "deskfarm.hello\n") {
+		t.Fatalf("a .vsix install, then the list: %q, want deskfarm.hello listed", out)
+	}
+	if out, code, err := run("code --uninstall-extension deskfarm.hello && code --uninstall-extension deskfarm.hello", 3*time.Minute); err != nil || code != 1 || !strings.Contains(out, "successfully uninstalled") || !strings.Contains(out, "is not installed") {
+		t.Fatalf("uninstall twice: exit %d, %v: %q; want the first to work and the second to fail with 1", code, err, out)
 	}
 	if out, _, _ := run("cat /home/user/.config/Code/User/settings.json", time.Minute); strings.Contains(out, "minimap") {
 		t.Fatalf("settings.json already has the setting the test makes: %s", out)

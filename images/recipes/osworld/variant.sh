@@ -49,6 +49,9 @@ extra_packages=(
 variant_configure() {
 	put 0755 google-chrome /usr/local/bin/google-chrome
 	ln -sf google-chrome "$root/usr/local/bin/google-chrome-stable"
+	# Chrome's window titles ("… - Google Chrome") and UI text, from
+	# Chromium's locale packs (chrome-names.py).
+	python3 "$variant/chrome-names.py" "$root"/usr/lib/chromium/locales/*.pak
 	put 0644 google-chrome.desktop /usr/share/applications/google-chrome.desktop
 	put 0644 mimeapps.list /usr/share/applications/mimeapps.list
 	put 0644 thunderbird-prefs.js /etc/thunderbird/pref/deskfarm.js
