@@ -79,6 +79,10 @@ type AppStats struct {
 	CalcScan              time.Duration
 	Cache, Walk           time.Duration
 	Build, Details        time.Duration
+	// FromCache is how many of its nodes came from Cache.GetItems (the
+	// rest were asked live), and Methods its calls by method.
+	FromCache int
+	Methods   map[string]int
 }
 
 // objRef is an object's D-Bus reference: the application's bus name and
@@ -99,6 +103,11 @@ type item struct {
 	role   uint32
 	states [2]uint32
 	parent dbus.ObjectPath
+	cached bool // from Cache.GetItems
+	// bounds, when set, are its Value's minimum, maximum and increment,
+	// known without asking it (a Calc cell's: calc.go); only its current
+	// value is then asked.
+	bounds *[3]float64
 }
 
 func (it *item) hasIface(s string) bool {
@@ -244,12 +253,17 @@ type appWalk struct {
 	st     *AppStats
 	probes atomic.Int64 // Calc cells probed
 	// actionNames maps the application's localized action names to
-	// their names (GetName).
+	// the *nameFlight of their names (GetName).
 	actionNames sync.Map
 
 	items map[dbus.ObjectPath]*item
 	kids  map[dbus.ObjectPath][]*item
 	all   []*walked
+
+	mu      sync.Mutex
+	methods map[string]int
+	// detailing counts the nodes whose details are being asked.
+	detailing sync.WaitGroup
 }
 
 // walked pairs a node with the object it came from, for the details phase.
@@ -269,6 +283,13 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 	}
 	defer func() { <-a.sem }()
 	a.calls.Add(1)
+	key := strings.TrimPrefix(method, "org.a11y.atspi.")
+	if method == ifProps+".Get" && len(args) == 2 {
+		key = fmt.Sprintf("Get %v", args[1])
+	}
+	a.mu.Lock()
+	a.methods[key]++
+	a.mu.Unlock()
 	err := a.w.call(ctx, r, method, args, out...)
 	if errors.Is(err, errCallTimeout) && ctx.Err() == nil && !a.hung.Swap(true) {
 		a.w.mu.Lock()
@@ -279,11 +300,20 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 }
 
 func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
-	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}, st: st}
+	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}, st: st, methods: map[string]int{}}
 	t0 := time.Now()
 	defer func() {
 		st.Walk, st.Nodes, st.Calls = time.Since(t0), len(a.all), int(a.calls.Load())+1
 		st.CalcProbes = int(a.probes.Load())
+		for _, x := range a.all {
+			if x.it.cached {
+				st.FromCache++
+			}
+		}
+		a.mu.Lock()
+		st.Methods = a.methods
+		st.Methods["Cache.GetItems"]++
+		a.mu.Unlock()
 	}()
 	if err := a.loadCache(ctx, ref.Name); err != nil {
 		st.CacheErr = err.Error()
@@ -306,8 +336,8 @@ func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 	node := a.build(ctx, root, 1, "")
 	st.Build = time.Since(t1)
 	t2 := time.Now()
-	a.details(ctx)
-	st.Details = time.Since(t2)
+	a.detailing.Wait()
+	st.Details = time.Since(t2) // the details still asked once built
 	w.mu.Lock()
 	w.apps++
 	w.nodes += len(a.all)
@@ -332,7 +362,7 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) error {
 	var items []cacheItem
 	if err := c.Store(&items); err == nil {
 		for _, ci := range items {
-			it := &item{ref: ci.Ref, index: ci.Index, count: ci.Count, ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path}
+			it := &item{ref: ci.Ref, index: ci.Index, count: ci.Count, ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path, cached: true}
 			copy(it.states[:], ci.States)
 			a.add(it, ci.Parent)
 		}
@@ -343,7 +373,7 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) error {
 		return fmt.Errorf("GetItems answered %s: %w", c.Body[0], err)
 	}
 	for _, ci := range old {
-		it := &item{ref: ci.Ref, index: -1, count: int32(len(ci.Children)), ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path}
+		it := &item{ref: ci.Ref, index: -1, count: int32(len(ci.Children)), ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path, cached: true}
 		copy(it.states[:], ci.States)
 		a.add(it, ci.Parent)
 	}
@@ -439,14 +469,23 @@ func (a *appWalk) children(ctx context.Context, it *item) []*item {
 // cache lacks; a child that fails is left out.
 func (a *appWalk) live(ctx context.Context, it *item, n int) []*item {
 	out := make([]*item, n)
+	refs := a.childList(ctx, it, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, ok := a.childAt(ctx, it.ref, int64(i))
-			if !ok {
-				return
+			var r objRef
+			if refs != nil {
+				r = refs[i]
+				if r.Path == "" || r.Path == nullPath {
+					return
+				}
+			} else {
+				var ok bool
+				if r, ok = a.childAt(ctx, it.ref, int64(i)); !ok {
+					return
+				}
 			}
 			if c := a.items[r.Path]; c != nil && r.Name == a.name {
 				out[i] = c
@@ -462,10 +501,32 @@ func (a *appWalk) live(ctx context.Context, it *item, n int) []*item {
 	return out
 }
 
+// nullPath is AT-SPI's reference to no object.
+const nullPath = "/org/a11y/atspi/null"
+
+// childList is it's first n children in one GetChildren call, where
+// GetChildAtIndex would be n calls: the bridge (at-spi2-atk
+// accessible-adaptor.c) answers both from the same
+// atk_object_ref_accessible_child, so the lists are the same. Nil when it
+// answers fewer than n (its children changed under the walk) or not at
+// all, and for objects that manage their descendants (a Calc sheet's
+// million cells: never listed whole), which are asked per index.
+func (a *appWalk) childList(ctx context.Context, it *item, n int) []objRef {
+	const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
+	if n < 2 || it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0 {
+		return nil
+	}
+	var refs []objRef
+	if a.call(ctx, it.ref, ifAccessible+".GetChildren", nil, &refs) != nil || len(refs) < n {
+		return nil
+	}
+	return refs[:n]
+}
+
 // childAt is parent's child at index i, false when it has none there.
 func (a *appWalk) childAt(ctx context.Context, parent objRef, i int64) (objRef, bool) {
 	var r objRef
-	if a.call(ctx, parent, ifAccessible+".GetChildAtIndex", []any{int32(i)}, &r) != nil || r.Path == "" || r.Path == "/org/a11y/atspi/null" {
+	if a.call(ctx, parent, ifAccessible+".GetChildAtIndex", []any{int32(i)}, &r) != nil || r.Path == "" || r.Path == nullPath {
 		return r, false
 	}
 	return r, true
@@ -485,7 +546,20 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 		role = "unknown"
 	}
 	n := &Node{Role: role, Name: it.name, States: it.stateNames()}
-	a.all = append(a.all, &walked{n, it})
+	x := &walked{n, it}
+	a.all = append(a.all, x)
+	// Its details are asked now, beside the rest of the build, not after
+	// it: an object the application's cache does not hold (a Calc cell, a
+	// menu item, much of a page) lives only 15 s after its reference was
+	// last handed out (at-spi2-atk's lease, LEASE_TIME_S in
+	// atk-adaptor/spi-leasing.c), and under TCG a walk of LibreOffice
+	// takes longer than that: asked after the build, 9 of a sheet's 784
+	// cells answered nothing (bench/a11y, 2026-12-03).
+	a.detailing.Add(1)
+	go func() {
+		defer a.detailing.Done()
+		a.detail(ctx, x)
+	}()
 	if flag == "" && role == "document spreadsheet" {
 		flag = "calc"
 	}
@@ -504,20 +578,6 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 		}
 	}
 	return n
-}
-
-// details reads what each node needs beyond its basics, every node's calls
-// at once (bounded by the semaphore).
-func (a *appWalk) details(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, x := range a.all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.detail(ctx, x)
-		}()
-	}
-	wg.Wait()
 }
 
 func (a *appWalk) detail(ctx context.Context, x *walked) {
@@ -559,15 +619,11 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		// One Get per property, never GetAll (see basics).
 		value = make([]float64, len(valueProps))
 		for i, p := range valueProps {
-			do(func() {
-				var v dbus.Variant
-				value[i] = math.NaN()
-				if a.call(ctx, it.ref, ifProps+".Get", []any{ifValue, p[1]}, &v) == nil {
-					if f, ok := v.Value().(float64); ok {
-						value[i] = f
-					}
-				}
-			})
+			if i > 0 && it.bounds != nil {
+				value[i] = it.bounds[i-1]
+				continue
+			}
+			do(func() { value[i] = a.valueProp(ctx, it.ref, p[1]) })
 		}
 	}
 	if full && it.hasIface(ifAction) {
@@ -578,20 +634,18 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 			// GetActions answers localized names; OSWorld's server
 			// (pyatspi's getName) writes GetName's. An application
 			// localizes a name the same way wherever it is, so each
-			// localized name is asked once per application (Chromium's
-			// nodes have two actions each: 1,200 calls of a page's 5,600).
+			// localized name is asked once per application, by the
+			// first node that has it while the others wait for its
+			// answer: LibreOffice's menu and toolbar items share a few
+			// names (about 750 calls of a walk otherwise, bench/a11y).
+			// Chromium answers no localized names (""), so each of its
+			// nodes is asked.
 			var wg sync.WaitGroup
 			for i := range actions {
-				if n, ok := a.actionNames.Load(actions[i].Name); ok && actions[i].Name != "" {
-					actions[i].Name = n.(string)
-					continue
-				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					var s string
-					if a.call(ctx, it.ref, ifAction+".GetName", []any{int32(i)}, &s) == nil {
-						a.actionNames.Store(actions[i].Name, s)
+					if s, ok := a.actionName(ctx, it.ref, int32(i), actions[i].Name); ok {
 						actions[i].Name = s
 					}
 				}()
@@ -636,8 +690,61 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 	}
 }
 
+// nameFlight is one localized action name's GetName: done closes once
+// name (ok) is known.
+type nameFlight struct {
+	done chan struct{}
+	name string
+	ok   bool
+}
+
+// actionName is GetName of r's action i, whose localized name is local:
+// asked once per localized name in the application (see detail), and of r
+// itself when local is "" or the first asker failed.
+func (a *appWalk) actionName(ctx context.Context, r objRef, i int32, local string) (string, bool) {
+	ask := func() (string, bool) {
+		var s string
+		err := a.call(ctx, r, ifAction+".GetName", []any{i}, &s)
+		return s, err == nil
+	}
+	if local == "" {
+		return ask()
+	}
+	f := &nameFlight{done: make(chan struct{})}
+	if v, loaded := a.actionNames.LoadOrStore(local, f); loaded {
+		prev := v.(*nameFlight)
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return "", false
+		}
+		if prev.ok {
+			return prev.name, true
+		}
+		return ask()
+	}
+	f.name, f.ok = ask()
+	if !f.ok {
+		a.actionNames.Delete(local) // a later node asks again
+	}
+	close(f.done)
+	return f.name, f.ok
+}
+
+// valueProp is r's Value property prop, NaN when it has none (a Get that
+// fails: at-spi2-atk answers an error where the toolkit gives no number).
+func (a *appWalk) valueProp(ctx context.Context, r objRef, prop string) float64 {
+	var v dbus.Variant
+	if a.call(ctx, r, ifProps+".Get", []any{ifValue, prop}, &v) == nil {
+		if f, ok := v.Value().(float64); ok {
+			return f
+		}
+	}
+	return math.NaN()
+}
+
 // valueProps are the Value properties OSWorld's XML carries, by their
-// attribute names.
+// attribute names: the current value first, then the bounds.
 var valueProps = [...][2]string{{"value", "CurrentValue"}, {"min", "MinimumValue"}, {"max", "MaximumValue"}, {"step", "MinimumIncrement"}}
 
 // roleName is libatspi's name of role r, "" for one it has no name for

@@ -3,6 +3,7 @@ package images_test
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -329,6 +330,33 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 			}
 			return false
 		})
+	}
+
+	// OSWorld's XML of the whole desktop (a Calc sheet on screen, Chromium,
+	// Thunderbird, VLC, the terminal: a walk of tens of seconds under
+	// TCG): every cell on screen carries its box and its value, as
+	// OSWorld's server writes them. Cells are objects LibreOffice keeps
+	// only while leased (15 s from the reference): a walk that asked their
+	// details late lost some (package atspi, walk.go).
+	must("wmctrl -a 'LibreOffice Calc'")
+	began := time.Now()
+	xmlTree, err := atspi.Read(ctx, m, vm.ID, atspi.ModeOSWorld)
+	if err != nil {
+		t.Fatalf("OSWorld's accessibility tree: %v", err)
+	}
+	cells, bare := 0, []string{}
+	for _, tag := range regexp.MustCompile(`<table-cell [^>]*>`).FindAllString(string(xmlTree), -1) {
+		if !strings.Contains(tag, `st:showing="true"`) || !strings.Contains(tag, `st:visible="true"`) {
+			continue
+		}
+		cells++
+		if !strings.Contains(tag, "cp:screencoord=") || !strings.Contains(tag, "val:value=") {
+			bare = append(bare, tag)
+		}
+	}
+	t.Logf("OSWorld's tree in %s: %d bytes, %d cells on screen", time.Since(began).Round(time.Millisecond), len(xmlTree), cells)
+	if cells < 100 || len(bare) > 0 {
+		t.Fatalf("%d cells on screen (want Calc's sheet, 100 or more), %d without their box or value, e.g. %v", cells, len(bare), bare[:min(len(bare), 3)])
 	}
 
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {

@@ -12,12 +12,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -176,7 +179,7 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 			last = st
 			keep("deskfarm.xml", out)
 			ours, oursNodes = append(ours, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
-			fmt.Fprintf(os.Stderr, "deskfarm walk %d: %v, %d nodes, %d bytes\n", i, d.Round(time.Millisecond), oursNodes, len(out))
+			fmt.Fprintf(os.Stderr, "deskfarm walk %d: %v, %d nodes, %d bytes, %d cells on screen without their box\n", i, d.Round(time.Millisecond), oursNodes, len(out), bareCells(out))
 		}
 		if i < oldWalks {
 			t0 := time.Now()
@@ -198,13 +201,53 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 	fmt.Printf("| deskfarm: Go walk on the host over the accessibility port | %d | %s | %s | %d |\n", len(ours), stats.MS(stats.Pct(ours, 50)), stats.MS(stats.Pct(ours, 95)), oursNodes)
 	fmt.Printf("| before: pyatspi walk in the guest (as OSWorld's server) | %d | %s | %s | %d |\n", len(old), stats.MS(stats.Pct(old, 50)), stats.MS(stats.Pct(old, 95)), oldNodes)
 	fmt.Printf("\nratio (before / deskfarm, p50): %s\n", stats.Ratio(old, ours))
-	fmt.Printf("\ndeskfarm's last walk by application (%d calls in all):\n\n| application | nodes | calls | from its cache | walk | of which a Calc sheet's scan (cells kept) |\n|---|---|---|---|---|---|\n", last.Calls)
+	fmt.Printf("\ndeskfarm's last walk by application (%d calls in all):\n\n| application | nodes (from its cache) | calls | walk | of which a Calc sheet's scan (cells kept) |\n|---|---|---|---|---|\n", last.Calls)
 	for _, a := range last.PerApp {
 		scan := ""
 		if a.CalcCells > 0 {
 			scan = fmt.Sprintf("%s (%d)", stats.MS(a.CalcScan), a.CalcCells)
 		}
-		fmt.Printf("| %s | %d | %d | %v | %s | %s |\n", a.Name, a.Nodes, a.Calls, a.Cached, stats.MS(a.Walk), scan)
+		fmt.Printf("| %s | %d (%d) | %d | %s | %s |\n", a.Name, a.Nodes, a.FromCache, a.Calls, stats.MS(a.Walk), scan)
+	}
+	fmt.Printf("\nThe same walk's calls by method:\n\n| application | calls by method, most first |\n|---|---|\n")
+	for _, a := range last.PerApp {
+		fmt.Printf("| %s | %s |\n", a.Name, byCount(a.Methods))
 	}
 	return nil
+}
+
+// byCount lists m's keys by their counts, most first: "GetState 812, …".
+func byCount(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// cellTag is a table cell's start tag in OSWorld's XML.
+var cellTag = regexp.MustCompile(`<table-cell [^>]*>`)
+
+// bareCells counts the cells on screen (showing, visible) whose box is
+// missing from tree: their calls failed (an object gone before it was
+// asked, see atspi's walk.go), where OSWorld's server would have written
+// it.
+func bareCells(tree []byte) int {
+	n := 0
+	for _, tag := range cellTag.FindAll(tree, -1) {
+		if bytes.Contains(tag, []byte(`st:showing="true"`)) && bytes.Contains(tag, []byte(`st:visible="true"`)) && !bytes.Contains(tag, []byte("cp:screencoord=")) {
+			n++
+		}
+	}
+	return n
 }
