@@ -253,7 +253,7 @@ type appWalk struct {
 	st     *AppStats
 	probes atomic.Int64 // Calc cells probed
 	// actionNames maps the application's localized action names to
-	// the *nameFlight of their names (GetName).
+	// their names (GetName).
 	actionNames sync.Map
 
 	items map[dbus.ObjectPath]*item
@@ -633,19 +633,25 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 			}
 			// GetActions answers localized names; OSWorld's server
 			// (pyatspi's getName) writes GetName's. An application
-			// localizes a name the same way wherever it is, so each
-			// localized name is asked once per application, by the
-			// first node that has it while the others wait for its
-			// answer: LibreOffice's menu and toolbar items share a few
-			// names (about 750 calls of a walk otherwise, bench/a11y).
-			// Chromium answers no localized names (""), so each of its
-			// nodes is asked.
+			// localizes a name the same way wherever it is, so a
+			// localized name already asked is not asked again (GTK's
+			// widgets: the terminal's 40 nodes with actions took 2
+			// GetName calls in a walk of the bench scene). Chromium's
+			// localized names are "" and LibreOffice's did not repeat,
+			// so each of their actions was asked: 1,232 and 757 calls
+			// there (a single flight per name changed neither).
 			var wg sync.WaitGroup
 			for i := range actions {
+				if n, ok := a.actionNames.Load(actions[i].Name); ok && actions[i].Name != "" {
+					actions[i].Name = n.(string)
+					continue
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if s, ok := a.actionName(ctx, it.ref, int32(i), actions[i].Name); ok {
+					var s string
+					if a.call(ctx, it.ref, ifAction+".GetName", []any{int32(i)}, &s) == nil {
+						a.actionNames.Store(actions[i].Name, s)
 						actions[i].Name = s
 					}
 				}()
@@ -688,47 +694,6 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		name := strings.ReplaceAll(act.Name, " ", "-")
 		n.Attrs = append(n.Attrs, Attr{"act:" + name + "_desc", act.Desc}, Attr{"act:" + name + "_kb", act.KB})
 	}
-}
-
-// nameFlight is one localized action name's GetName: done closes once
-// name (ok) is known.
-type nameFlight struct {
-	done chan struct{}
-	name string
-	ok   bool
-}
-
-// actionName is GetName of r's action i, whose localized name is local:
-// asked once per localized name in the application (see detail), and of r
-// itself when local is "" or the first asker failed.
-func (a *appWalk) actionName(ctx context.Context, r objRef, i int32, local string) (string, bool) {
-	ask := func() (string, bool) {
-		var s string
-		err := a.call(ctx, r, ifAction+".GetName", []any{i}, &s)
-		return s, err == nil
-	}
-	if local == "" {
-		return ask()
-	}
-	f := &nameFlight{done: make(chan struct{})}
-	if v, loaded := a.actionNames.LoadOrStore(local, f); loaded {
-		prev := v.(*nameFlight)
-		select {
-		case <-prev.done:
-		case <-ctx.Done():
-			return "", false
-		}
-		if prev.ok {
-			return prev.name, true
-		}
-		return ask()
-	}
-	f.name, f.ok = ask()
-	if !f.ok {
-		a.actionNames.Delete(local) // a later node asks again
-	}
-	close(f.done)
-	return f.name, f.ok
 }
 
 // valueProp is r's Value property prop, NaN when it has none (a Get that
