@@ -439,11 +439,15 @@ def main(argv=None):
     ap.add_argument("--task", action="append", default=[], help="a task id; repeatable")
     ap.add_argument("--per-domain", type=int, default=0, help="run at most N offline tasks per domain (0: all)")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per task")
-    ap.add_argument("--cache-dir", default=os.path.join(os.getcwd(), "osworld-cache"))
+    ap.add_argument("--cache-dir", help="where OSWorld's setup and getters keep the files they fetch "
+                    "(default: osworld-cache/ beside --out, so a run from the source tree writes into no tracked folder)")
     ap.add_argument("--classify-only", action="store_true", help="scan the tasks; run none")
     ap.add_argument("--skip", action="append", default=[], help="a report whose run tasks are not run again")
     ap.add_argument("--summary", action="append", default=[], help="print the table of these reports; run nothing")
     a = ap.parse_args(argv)
+    if not a.cache_dir:
+        beside = os.getcwd() if a.out == "-" else os.path.dirname(os.path.abspath(a.out))
+        a.cache_dir = os.path.join(beside, "osworld-cache")
     if a.summary:
         recs = {}
         for p in a.summary:
