@@ -266,7 +266,7 @@ type appWalk struct {
 	detailing sync.WaitGroup
 }
 
-// walked pairs a node with the object it came from, for the details phase.
+// walked pairs a node with the object it came from.
 type walked struct {
 	node *Node
 	it   *item
@@ -285,7 +285,8 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 	a.calls.Add(1)
 	key := strings.TrimPrefix(method, "org.a11y.atspi.")
 	if method == ifProps+".Get" && len(args) == 2 {
-		key = fmt.Sprintf("Get %v", args[1])
+		prop, _ := args[1].(string)
+		key = "Get " + prop
 	}
 	a.mu.Lock()
 	a.methods[key]++
