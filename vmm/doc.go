@@ -32,7 +32,10 @@
 //   - snapshots.go: named snapshots (savevm, info snapshots, loadvm through
 //     Reset's own path, delvm), their names and limits; fork.go: Fork, new
 //     VMs from a VM's current state through a fork template (a copy of its
-//     overlay holding a transfer snapshot) and create.go's steps.
+//     overlay holding a transfer snapshot), their QEMUs started on
+//     placeholder disks (or taken from the standby) while the template is
+//     made; pivot.go: moving a paused QEMU's disk onto another qcow2 (QMP
+//     blockdev-add, a sync-none mirror, job-complete, blockdev-del).
 //   - guestcalls.go: Reset and the calls into the guest; alive.go: naming a
 //     dead QEMU when a call fails; teardown.go: Destroy and removing what
 //     is left of a VM.
@@ -47,7 +50,8 @@
 //   - recover.go: a restarted deskfarm adopts its ready VMs (labels
 //     included) and removes half-made ones and orphan directories.
 //   - agent.go, agentproto.go: the guest agent; monitor.go: QEMU's human
-//     monitor (savevm/loadvm/delvm, info snapshots); session.go: deskfarm's
+//     monitor (savevm/loadvm/delvm, info snapshots; QMP for pivot.go);
+//     session.go: deskfarm's
 //     own guest channel.
 //   - domainxml.go: the domain definition (with the virtio balloon's free
 //     page reporting) and deskfarm's metadata in it; security.go: the

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,6 +120,7 @@ type capture struct {
 type captureFile struct {
 	Provenance string             `json:"provenance"`
 	HMP        map[string]capture `json:"hmp"`
+	QMP        map[string]capture `json:"qmp"`
 	Agent      map[string]capture `json:"agent"`
 }
 
@@ -138,8 +140,8 @@ func TestE2ECaptureReplies(t *testing.T) {
 	out := captureFile{
 		Provenance: "captured by TestE2ECaptureReplies (vmm/e2e_events_test.go) on " + time.Now().UTC().Format("2006-01-02") +
 			" from a tiny-image VM: " + strings.SplitN(string(qv), "\n", 2)[0] + "; " + strings.TrimSpace(string(lv)) +
-			"; guest " + strings.TrimSpace(string(ga.Stdout)) + ". HMP through virDomainQemuMonitorCommand(HMP), agent through virDomainQemuAgentCommand.",
-		HMP: map[string]capture{}, Agent: map[string]capture{}}
+			"; guest " + strings.TrimSpace(string(ga.Stdout)) + ". HMP through virDomainQemuMonitorCommand(HMP), QMP through virDomainQemuMonitorCommand, agent through virDomainQemuAgentCommand.",
+		HMP: map[string]capture{}, QMP: map[string]capture{}, Agent: map[string]capture{}}
 	hmp := func(name, cmd string, wantErr bool) {
 		s, err := vmm.MonitorForTest(ctx, m, vm.ID, cmd)
 		if err != nil {
@@ -174,6 +176,74 @@ func TestE2ECaptureReplies(t *testing.T) {
 	hmp("screendump-bad-path", "screendump /nonexistent/dir/x.ppm", true)
 	hmp("stop-ok", "stop", false)
 	hmp("cont-ok", "cont", false)
+
+	// QMP, as a fork's disk pivot asks it (pivot.go): the disk's nodes, a
+	// mirror job to a new node (cancelled here, so the disk stays), an
+	// error.
+	qmp := func(name, cmd string, wantErr bool) {
+		s, err := vmm.QMPForTest(ctx, m, vm.ID, cmd)
+		if err != nil {
+			t.Fatalf("qmp %q: %v", cmd, err)
+		}
+		out.QMP[name] = capture{Command: cmd, Output: s}
+		if got := vmm.ParseQMPReplyForTest(name, s, nil) != nil; got != wantErr {
+			t.Errorf("qmp %q answered %q: parsed as error=%v, want %v", cmd, s, got, wantErr)
+		}
+	}
+	qmp("query-block", `{"execute":"query-block"}`, false)
+	qmp("query-named-block-nodes", `{"execute":"query-named-block-nodes","arguments":{"flat":true}}`, false)
+	qmp("query-jobs-none", `{"execute":"query-jobs"}`, false)
+	dir := filepath.Join(testenv.StateDir, "vms", vm.ID)
+	var disk struct {
+		Size int64 `json:"virtual-size"`
+	}
+	if b, err := exec.Command("qemu-img", "info", "-U", "--output=json", filepath.Join(dir, "disk.qcow2")).Output(); err != nil || json.Unmarshal(b, &disk) != nil {
+		t.Fatalf("qemu-img info of the disk: %v", err)
+	}
+	extra := filepath.Join(dir, "capture.qcow2")
+	if b, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", extra, strconv.FormatInt(disk.Size, 10)).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, b)
+	}
+	qemu, err := user.Lookup("libvirt-qemu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(qemu.Uid)
+	if err := os.Chown(extra, uid, -1); err != nil {
+		t.Fatal(err)
+	}
+	add := `{"execute":"blockdev-add","arguments":{"driver":"qcow2","node-name":"capture-node","file":{"driver":"file","filename":"` + extra + `"}}}`
+	qmp("blockdev-add", add, false)
+	qmp("blockdev-add-taken", add, true)
+	qmp("blockdev-mirror", `{"execute":"blockdev-mirror","arguments":{"job-id":"capture-job","device":"libvirt-1-format","target":"capture-node","sync":"none"}}`, false)
+	for i := 0; ; i++ {
+		s, err := vmm.QMPForTest(ctx, m, vm.ID, `{"execute":"query-jobs"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(s, `"ready"`) {
+			out.QMP["query-jobs-ready"] = capture{Command: `{"execute":"query-jobs"}`, Output: s}
+			break
+		}
+		if i == 100 {
+			t.Fatalf("mirror job not ready: %s", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	qmp("job-cancel", `{"execute":"job-cancel","arguments":{"id":"capture-job"}}`, false)
+	for i := 0; ; i++ {
+		s, _ := vmm.QMPForTest(ctx, m, vm.ID, `{"execute":"query-jobs"}`)
+		if !strings.Contains(s, "capture-job") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("cancelled mirror job still there: %s", s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	qmp("blockdev-del", `{"execute":"blockdev-del","arguments":{"node-name":"capture-node"}}`, false)
+	qmp("blockdev-del-missing", `{"execute":"blockdev-del","arguments":{"node-name":"capture-node"}}`, true)
+	qmp("unknown-command", `{"execute":"no-such-command"}`, true)
 
 	// After loadvm libvirt re-opens its agent link; Exec waits for it.
 	mustExec(t, m, vm.ID, "true")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -193,12 +194,7 @@ func TestE2EFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.WriteFile(ctx, src.ID, "/tmp/src", []byte("source"), 0); err != nil {
-		t.Fatal(err)
-	}
-	mustExec(t, m, src.ID, "sh", "-c", "echo ram > /dev/shm/value")
-	// A process started now runs on in the forks with the same pid.
-	pid := strings.TrimSpace(string(mustExec(t, m, src.ID, "sh", "-c", "setsid sleep 100000 >/dev/null 2>&1 < /dev/null & echo $!").Stdout))
+	pid := forkSourceState(t, m, src.ID)
 	if _, err := m.SaveSnapshot(ctx, src.ID, "named"); err != nil {
 		t.Fatal(err)
 	}
@@ -236,28 +232,7 @@ func TestE2EFork(t *testing.T) {
 		t.Errorf("transfer snapshot left on the source:\n%s", raw)
 	}
 	for _, f := range forks {
-		waitEvent(t, evs, f.ID, vmm.EventReady, 30*time.Second)
-		if f.State != vmm.StateReady || f.Start != vmm.StartFork || f.Labels["pool"] != "p1" || f.Image != "tiny" || f.MemoryMiB != 256 {
-			t.Errorf("fork %+v", f)
-		}
-		if b, err := m.ReadFile(ctx, f.ID, "/tmp/src"); err != nil || string(b) != "source" {
-			t.Errorf("fork %s: source's file %q, %v", f.ID, b, err)
-		}
-		if res := mustExec(t, m, f.ID, "cat", "/dev/shm/value"); strings.TrimSpace(string(res.Stdout)) != "ram" {
-			t.Errorf("fork %s: RAM-only file %q", f.ID, res.Stdout)
-		}
-		if res := mustExec(t, m, f.ID, "sh", "-c", "cat /proc/"+pid+"/comm"); strings.TrimSpace(string(res.Stdout)) != "sleep" {
-			t.Errorf("fork %s: process %s of the source is not running: %q %q", f.ID, pid, res.Stdout, res.Stderr)
-		}
-		if _, err := m.ReadFile(ctx, f.ID, "/tmp/later"); err == nil {
-			t.Errorf("fork %s sees a file the source wrote after the fork", f.ID)
-		}
-		if got := snapshotNames(t, m, f.ID); len(got) != 0 {
-			t.Errorf("fork %s holds snapshots %v", f.ID, got)
-		}
-		if raw := rawSnapshots(t, m, f.ID); strings.Contains(raw, "deskfarm-fork") || !strings.Contains(raw, "deskfarm-ready") {
-			t.Errorf("fork %s: QEMU lists\n%s", f.ID, raw)
-		}
+		checkFork(t, m, evs, f, pid)
 	}
 	// The forks are apart: one's write is not in the other.
 	if err := m.WriteFile(ctx, forks[0].ID, "/tmp/mine", []byte("0"), 0); err != nil {
@@ -282,4 +257,99 @@ func TestE2EFork(t *testing.T) {
 		}
 	}
 	assertNoLeftovers(t)
+}
+
+// With standbys on, the first new VM of a fork is the standby of VMs like
+// the source: its QEMU, started and loaded ahead, gets the source's state
+// by a disk pivot and a loadvm. It holds the source's disk, RAM and
+// processes as any fork does, resets to the ready state, and the next
+// standby is made.
+func TestE2EForkStandby(t *testing.T) {
+	m, src := withStandby(t, vmm.Config{})
+	ctx := context.Background()
+	pid := forkSourceState(t, m, src.ID)
+	sb := awaitStandby(t, m, standbyOpts)
+	evs := m.Subscribe(ctx, "test")
+	start := time.Now()
+	forks, err := m.Fork(ctx, src.ID, vmm.ForkOptions{Count: 2, Labels: map[string]string{"pool": "p1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fork of 2, one from the standby, took %s", time.Since(start).Round(time.Millisecond))
+	if len(forks) != 2 || forks[0].ID != sb {
+		t.Fatalf("forks %+v: the first is not the standby %s", forks, sb)
+	}
+	if err := m.WriteFile(ctx, src.ID, "/tmp/later", []byte("later"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		checkFork(t, m, evs, f, pid)
+	}
+	if _, err := m.Reset(ctx, forks[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ReadFile(ctx, forks[0].ID, "/tmp/src"); err == nil {
+		t.Error("the standby fork's reset kept the source's file")
+	}
+	mustExec(t, m, forks[0].ID, "true")
+	if next := awaitStandby(t, m, standbyOpts); next == sb {
+		t.Fatal("the standby taken by the fork is still the standby")
+	}
+	for _, id := range []string{src.ID, forks[0].ID, forks[1].ID} {
+		if err := m.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
+	assertNoLeftovers(t)
+}
+
+// forkSourceState gives the source of a fork a file on disk (/tmp/src), a
+// file in RAM only (/dev/shm/value) and a process, whose pid it returns:
+// a fork must have all three.
+func forkSourceState(t *testing.T, m *vmm.Manager, id string) string {
+	t.Helper()
+	if err := m.WriteFile(context.Background(), id, "/tmp/src", []byte("source"), 0); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, m, id, "sh", "-c", "echo ram > /dev/shm/value")
+	// A process started now runs on in the forks with the same pid.
+	return strings.TrimSpace(string(mustExec(t, m, id, "sh", "-c", "setsid sleep 100000 >/dev/null 2>&1 < /dev/null & echo $!").Stdout))
+}
+
+// checkFork checks that fork f is ready with the source's state as
+// forkSourceState left it and not what the source wrote after
+// (/tmp/later), holds none of its snapshots, and left no file of its
+// making in its directory.
+func checkFork(t *testing.T, m *vmm.Manager, evs <-chan vmm.Event, f vmm.VM, pid string) {
+	t.Helper()
+	ctx := context.Background()
+	waitEvent(t, evs, f.ID, vmm.EventReady, 30*time.Second)
+	if f.State != vmm.StateReady || f.Start != vmm.StartFork || f.Labels["pool"] != "p1" || f.Image != "tiny" || f.MemoryMiB != 256 {
+		t.Errorf("fork %+v", f)
+	}
+	if b, err := m.ReadFile(ctx, f.ID, "/tmp/src"); err != nil || string(b) != "source" {
+		t.Errorf("fork %s: source's file %q, %v", f.ID, b, err)
+	}
+	if res := mustExec(t, m, f.ID, "cat", "/dev/shm/value"); strings.TrimSpace(string(res.Stdout)) != "ram" {
+		t.Errorf("fork %s: RAM-only file %q", f.ID, res.Stdout)
+	}
+	if res := mustExec(t, m, f.ID, "sh", "-c", "cat /proc/"+pid+"/comm"); strings.TrimSpace(string(res.Stdout)) != "sleep" {
+		t.Errorf("fork %s: process %s of the source is not running: %q %q", f.ID, pid, res.Stdout, res.Stderr)
+	}
+	if _, err := m.ReadFile(ctx, f.ID, "/tmp/later"); err == nil {
+		t.Errorf("fork %s sees a file the source wrote after the fork", f.ID)
+	}
+	if got := snapshotNames(t, m, f.ID); len(got) != 0 {
+		t.Errorf("fork %s holds snapshots %v", f.ID, got)
+	}
+	if raw := rawSnapshots(t, m, f.ID); strings.Contains(raw, "deskfarm-fork") || !strings.Contains(raw, "deskfarm-ready") {
+		t.Errorf("fork %s: QEMU lists\n%s", f.ID, raw)
+	}
+	entries, _ := os.ReadDir(filepath.Join(testenv.StateDir, "vms", f.ID))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "disk.") && e.Name() != "disk.qcow2" {
+			t.Errorf("fork %s: %s left in its directory", f.ID, e.Name())
+		}
+	}
 }

@@ -20,6 +20,19 @@ func MonitorForTest(ctx context.Context, m *Manager, id, cmd string) (string, er
 	return m.hv.monitorHMP(ctx, st.dom, cmd)
 }
 
+// QMPForTest runs a raw QMP command on a VM and returns QEMU's reply.
+func QMPForTest(ctx context.Context, m *Manager, id, cmd string) (string, error) {
+	mc, st, err := m.change(id)
+	if err != nil {
+		return "", err
+	}
+	defer mc.op.Unlock()
+	return m.hv.monitorQMP(ctx, st.dom, cmd)
+}
+
+// ParseQMPReplyForTest is parseQMPReply.
+var ParseQMPReplyForTest = parseQMPReply
+
 // AgentForTest sends a raw guest agent command and returns its raw reply.
 func AgentForTest(ctx context.Context, m *Manager, id, cmd string) (string, error) {
 	mc, err := m.lookup(id)

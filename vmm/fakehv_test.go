@@ -69,6 +69,9 @@ type fakeDom struct {
 	state     libvirt.DomainState
 	ln        net.Listener
 	conns     []net.Conn
+	// disk and job are the QMP view of the guest's disk: the node under
+	// it (libvirt's until a pivot) and a mirror job not yet completed.
+	disk, diskFile, job, jobTarget string
 }
 
 var _ hypervisor = (*fakeHV)(nil)
@@ -349,18 +352,11 @@ func (f *fakeHV) setDomainMetadata(ctx context.Context, dom libvirt.Domain, key,
 
 func (f *fakeHV) monitorHMP(ctx context.Context, dom libvirt.Domain, cmd string) (string, error) {
 	verb, _, _ := strings.Cut(cmd, " ")
-	if err := f.op(ctx, "hmp:"+verb); err != nil {
-		return "", err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	d, err := f.get(dom.Name)
+	d, unlock, err := f.monitorOp(ctx, "hmp:"+verb, dom.Name)
 	if err != nil {
 		return "", err
 	}
-	if d.state == libvirt.DomainShutoff {
-		return "", libvirt.Error{Code: uint32(libvirt.ErrOperationInvalid), Message: "Requested operation is not valid: domain is not running"}
-	}
+	defer unlock()
 	switch verb {
 	case "stop":
 		d.state = libvirt.DomainPaused
@@ -375,14 +371,97 @@ func (f *fakeHV) monitorHMP(ctx context.Context, dom libvirt.Domain, cmd string)
 	return f.hmp[verb], nil
 }
 
-func (f *fakeHV) agentCommand(ctx context.Context, dom libvirt.Domain, cmd string, idempotent bool) (string, error) {
-	var c struct {
-		Execute string `json:"execute"`
+// monitorOp plays a monitor command as op on domain name, which must be
+// running (or paused), as libvirt says otherwise; on success f.mu is held
+// until unlock.
+func (f *fakeHV) monitorOp(ctx context.Context, op, name string) (d *fakeDom, unlock func(), err error) {
+	if err := f.op(ctx, op); err != nil {
+		return nil, nil, err
 	}
-	if err := json.Unmarshal([]byte(cmd), &c); err != nil {
+	f.mu.Lock()
+	d, err = f.get(name)
+	if err == nil && d.state == libvirt.DomainShutoff {
+		err = libvirt.Error{Code: uint32(libvirt.ErrOperationInvalid), Message: "Requested operation is not valid: domain is not running"}
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return nil, nil, err
+	}
+	return d, f.mu.Unlock, nil
+}
+
+// monitorQMP plays the QMP a disk pivot uses (pivot.go): the disk on the
+// overlay the domain XML names, over the base its qcow2 header names, and
+// a mirror job that is ready at once and pivots on job-complete.
+func (f *fakeHV) monitorQMP(ctx context.Context, dom libvirt.Domain, cmd string) (string, error) {
+	execute, args, err := decodeJSONCommand(cmd)
+	if err != nil {
 		return "", err
 	}
-	if err := f.op(ctx, "agent:"+c.Execute); err != nil {
+	d, unlock, err := f.monitorOp(ctx, "qmp:"+execute, dom.Name)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	overlay := ""
+	if m := regexp.MustCompile(`<source file='([^']*)'`).FindStringSubmatch(d.xml); m != nil {
+		overlay = m[1]
+	}
+	if d.disk == "" {
+		d.disk, d.diskFile = "libvirt-1-format", overlay
+	}
+	ret := func(v any) (string, error) {
+		b, err := json.Marshal(map[string]any{"return": v, "id": "libvirt-1"})
+		return string(b), err
+	}
+	switch execute {
+	case "query-block":
+		return ret([]map[string]any{{"qdev": "/machine/peripheral/virtio-disk0/virtio-backend",
+			"inserted": map[string]any{"node-name": d.disk, "file": d.diskFile}}})
+	case "query-named-block-nodes":
+		out, err := exec.Command("qemu-img", "info", "-U", "--output=json", overlay).Output()
+		if err != nil {
+			return "", fmt.Errorf("fake qmp: qemu-img info %s: %w", overlay, err)
+		}
+		var info struct {
+			Backing string `json:"full-backing-filename"`
+		}
+		json.Unmarshal(out, &info)
+		return ret([]map[string]any{
+			{"node-name": "libvirt-1-format", "drv": "qcow2", "file": overlay, "ro": false},
+			{"node-name": "libvirt-1-storage", "drv": "file", "file": overlay, "ro": false},
+			{"node-name": "libvirt-2-format", "drv": "qcow2", "file": info.Backing, "ro": true},
+			{"node-name": "libvirt-2-storage", "drv": "file", "file": info.Backing, "ro": false}})
+	case "blockdev-mirror":
+		d.job, d.jobTarget = args["job-id"].(string), args["target"].(string)
+	case "query-jobs":
+		if d.job == "" {
+			return ret([]any{})
+		}
+		return ret([]map[string]any{{"id": d.job, "type": "mirror", "status": "ready"}})
+	case "job-complete":
+		d.disk, d.job = d.jobTarget, ""
+	}
+	return ret(map[string]any{})
+}
+
+// decodeJSONCommand decodes a command of QMP's shape ({"execute",
+// "arguments"}), as QMP and the guest agent take.
+func decodeJSONCommand(cmd string) (execute string, args map[string]any, err error) {
+	var c struct {
+		Execute   string         `json:"execute"`
+		Arguments map[string]any `json:"arguments"`
+	}
+	err = json.Unmarshal([]byte(cmd), &c)
+	return c.Execute, c.Arguments, err
+}
+
+func (f *fakeHV) agentCommand(ctx context.Context, dom libvirt.Domain, cmd string, idempotent bool) (string, error) {
+	execute, _, err := decodeJSONCommand(cmd)
+	if err != nil {
+		return "", err
+	}
+	if err := f.op(ctx, "agent:"+execute); err != nil {
 		return "", err
 	}
 	f.mu.Lock()
@@ -396,11 +475,11 @@ func (f *fakeHV) agentCommand(ctx context.Context, dom libvirt.Domain, cmd strin
 		return "", libvirt.Error{Code: uint32(libvirt.ErrAgentUnresponsive), Message: "Guest agent is not responding: QEMU guest agent is not connected"}
 	}
 	if f.agentReply != nil {
-		if r, ok := f.agentReply(c.Execute, cmd); ok {
+		if r, ok := f.agentReply(execute, cmd); ok {
 			return r, nil
 		}
 	}
-	switch c.Execute {
+	switch execute {
 	case "guest-exec":
 		return `{"return":{"pid":42}}`, nil
 	case "guest-exec-status":

@@ -2,9 +2,10 @@ package vmm
 
 // Forks: new VMs that start from another VM's current RAM, devices and
 // disk. The source is paused for a savevm of a transfer snapshot and a
-// copy of its overlay (the fork template); then each new VM is made as a
-// VM from saved state is (create.go's steps), loading the transfer
-// snapshot instead of the ready one.
+// copy of its overlay (the fork template). Meanwhile each new VM's QEMU
+// starts paused on a placeholder disk (or is the standby of VMs like the
+// source, standby.go); once the template is there, the new VM's disk is
+// pivoted onto a copy of it (pivot.go) and the transfer snapshot loaded.
 
 import (
 	"context"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/deskfarm/deskfarm/internal/fielderr"
+	"golang.org/x/sys/unix"
 )
 
 // forkSnapshotPrefix names a fork's transfer snapshot (reserved: no
@@ -54,27 +56,38 @@ func (m *Manager) Fork(ctx context.Context, id string, opts ForkOptions) ([]VM, 
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
 	mcs, unlock := m.forkMachines(src.spec, opts)
-	made := false
+	ok := false
 	defer func() {
-		if !made {
+		if !ok {
 			unlock()
 		}
 	}()
 	if err := m.admitAll(mcs); err != nil {
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
-	tmpl, snap, err := m.forkTemplate(ctx, src)
-	if err != nil {
-		m.unadmit(mcs)
-		return nil, fmt.Errorf("fork vm %s: %w", id, err)
-	}
-	defer os.Remove(tmpl)
+	// The new VMs' QEMUs start while the source's state is saved and
+	// copied (makeForks).
+	fs := newForkState()
+	var vms []VM
+	made := make(chan struct{})
+	go func() {
+		defer close(made)
+		vms, err = m.makeForks(ctx, mcs, img, src.spec, fs, true, id)
+	}()
+	tmpl, snap, terr := m.forkTemplate(ctx, src)
+	fs.resolve(tmpl, snap, terr)
 	copied := time.Since(start)
-	vms, err := m.makeForks(ctx, mcs, img, src.spec, tmpl, snap, true, id)
+	<-made
+	if tmpl != "" {
+		os.Remove(tmpl) // gone unless a fork failed before taking it
+	}
+	if terr != nil {
+		return nil, fmt.Errorf("fork vm %s: %w", id, terr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("fork vm %s: %w", id, err)
 	}
-	made = true
+	ok = true
 	m.log.Info("vm forked", "vm", id, "op", "fork", "count", len(mcs), "duration", time.Since(start).Round(time.Millisecond),
 		"source_paused_and_copied", copied.Round(time.Millisecond))
 	return vms, nil
@@ -113,15 +126,63 @@ func (m *Manager) forkMachines(spec machineSpec, opts ForkOptions) ([]*machine, 
 	}
 }
 
-// makeForks makes the admitted, op-locked mcs from the fork template tmpl
-// holding the transfer snapshot snap; once they are made it owns their op
-// locks (each unlocked after its transfer snapshot's drop), and on error
-// leaves them to the caller. With take, the last fork takes tmpl itself once
-// the others' copies are done (a fork of one copies nothing more); without
-// it every fork copies and tmpl stays. On error none is left.
-func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, spec machineSpec, tmpl, snap string, take bool, source string) ([]VM, error) {
+// forkState is a fork template on its way: resolved once the source's
+// state is copied (or failed to be), while the new VMs' QEMUs start.
+type forkState struct {
+	done chan struct{}
+	path string // the template (a qcow2 overlay)
+	snap string // its transfer snapshot
+	err  error
+}
+
+func newForkState() *forkState { return &forkState{done: make(chan struct{})} }
+
+// readyForkState is a template already there (forkFrom's).
+func readyForkState(path, snap string) *forkState {
+	fs := newForkState()
+	fs.resolve(path, snap, nil)
+	return fs
+}
+
+func (fs *forkState) resolve(path, snap string, err error) {
+	fs.path, fs.snap, fs.err = path, snap, err
+	close(fs.done)
+}
+
+// errNoTemplate fails the forks whose source state could not be copied;
+// the caller reports the copy's own error.
+var errNoTemplate = errors.New("the source's state was not copied")
+
+// wait waits for the template.
+func (fs *forkState) wait(ctx context.Context) error {
+	select {
+	case <-fs.done:
+		if fs.err != nil {
+			return errNoTemplate
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// makeForks makes the admitted, op-locked mcs from the fork template fs
+// will hold; once they are made it owns their op locks (each unlocked
+// after its transfer snapshot's drop), and on error leaves them to the
+// caller. Each new VM's QEMU starts paused on a placeholder disk before
+// the template is there, and once it is, its disk is pivoted onto a copy
+// of the template (pivot.go) and the transfer snapshot loaded: QEMU's
+// start (0.5-0.7 s) is then off the fork's path. The first may instead
+// take the standby of VMs like it (standby.go), whose QEMU has loaded
+// the ready state already: its RAM is faulted in, and the transfer
+// snapshot loads as fast as a reset's loadvm. With take, the last fork
+// takes the template file itself once the others' copies are done (a
+// fork of one copies nothing more); without it every fork copies and the
+// template stays. On error none is left.
+func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, spec machineSpec, fs *forkState, take bool, source string) ([]VM, error) {
 	copts := CreateOptions{Image: spec.Image, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs,
 		Width: spec.Width, Height: spec.Height, Network: spec.Network}
+	sb, stmpl := m.forkStandby(mcs, img, copts)
 	errs := make([]error, len(mcs))
 	var wg sync.WaitGroup
 	copies := &sync.WaitGroup{}
@@ -130,10 +191,19 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := m.newCreation(mc, img, copts, tmpl)
-			// QEMU starts paused, as from saved state.
-			c.fromSaved = true
-			c.log.Info("creating vm", "op", "fork", "source", source, "image", img.Name)
+			var c *creation
+			var first []step
+			if i == 0 && sb != nil {
+				c = sb.c
+				c.start, c.opts, c.log = time.Now(), copts, m.log.With("vm", mc.spec.ID)
+				first = []step{{name: "claim-standby", do: c.claimForFork, undo: c.undoClaim}}
+			} else {
+				c = m.newCreation(mc, img, copts, "")
+				// QEMU starts paused, as from saved state.
+				c.fromSaved = true
+				first = c.placeholderSteps()
+			}
+			c.log.Info("creating vm", "op", "fork", "source", source, "image", img.Name, "standby", i == 0 && sb != nil)
 			last := take && i == len(mcs)-1
 			copied := func() {}
 			if i != len(mcs)-1 {
@@ -141,7 +211,7 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 				copied = sync.OnceFunc(copies.Done)
 				defer copied()
 			}
-			errs[i] = runSteps(ctx, c.log, c.forkSteps(snap, copies, last, copied))
+			errs[i] = runSteps(ctx, c.log, append(first, c.forkSteps(fs, copies, last, copied)...))
 			if errs[i] != nil {
 				m.unmake(mc, c, "fork failed")
 			}
@@ -167,10 +237,153 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 			defer mc.op.Unlock()
 			bctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
 			defer cancel()
-			m.dropTransfer(bctx, mc, snap)
+			m.dropTransfer(bctx, mc, fs.snap)
 		}()
 	}
+	if sb != nil {
+		m.refillStandby(img, copts, stmpl)
+	}
 	return vms, nil
+}
+
+// forkStandby claims the standby of VMs like copts for the first of mcs,
+// if there is one: the standby's record takes mcs[0]'s place (its id, its
+// labels, its admission) and mcs[0] is forgotten. It returns the standby
+// and its saved state's path, or nil.
+func (m *Manager) forkStandby(mcs []*machine, img BaseImage, copts CreateOptions) (*standby, string) {
+	if !m.standbyEligible(copts) {
+		return nil, ""
+	}
+	tmpl := m.templatePath(img, copts)
+	sb := m.takeStandby(tmpl) // registered and op-locked
+	if sb == nil {
+		return nil, ""
+	}
+	old := mcs[0]
+	var labels []label
+	old.with(func(st *machineState) { labels = st.labels })
+	m.mu.Lock()
+	delete(m.vms, old.spec.ID)
+	m.mu.Unlock()
+	old.with(func(st *machineState) { st.gone = true })
+	old.op.Unlock()
+	sb.mc.spec.Start = StartFork
+	sb.mc.with(func(st *machineState) { st.labels = labels })
+	mcs[0] = sb.mc
+	return sb, tmpl
+}
+
+// placeholderSteps start a fork's QEMU before its state exists: on an
+// empty overlay of the base image, paused.
+func (c *creation) placeholderSteps() []step {
+	return []step{
+		{name: "placeholder", do: c.placeholder, undo: c.undoOverlay},
+		{name: "define", do: c.define, undo: c.undoDefine},
+		{name: "start", do: c.startDomain, undo: c.undoStart},
+	}
+}
+
+// placeholder makes the VM directory with an empty overlay on the base.
+func (c *creation) placeholder(context.Context) error {
+	err := c.m.makeOverlay(c.mc.spec.Dir, c.img.Disk, c.spec.Overlay)
+	if err != nil {
+		os.RemoveAll(c.mc.spec.Dir)
+	}
+	return err
+}
+
+// claimForFork makes a standby a fork: visible and watched, its guest
+// still paused until the transfer snapshot is loaded.
+func (c *creation) claimForFork(context.Context) error {
+	c.m.watchProcess(c.mc)
+	c.defined = true
+	c.m.publish(EventCreated, c.mc, "")
+	return nil
+}
+
+// undoClaim removes a claimed standby's domain and directory.
+func (c *creation) undoClaim(ctx context.Context) error {
+	if c.h.session != nil {
+		c.h.session.close()
+	}
+	return c.m.teardown(ctx, c.mc.spec.ID, c.mc.spec.Dir)
+}
+
+// forkSteps are a fork's steps once its QEMU is started: its disk from
+// the template, the transfer snapshot loaded (then dropped after the ready
+// event, by dropTransfer), the clock. As after a reset, the VM is ready
+// once loaded and its clock set; guest agent calls wait for libvirt's
+// reopen of the agent (reopenAgent) rather than the fork.
+func (c *creation) forkSteps(fs *forkState, copies *sync.WaitGroup, last bool, copied func()) []step {
+	return []step{
+		{name: "wait-template", do: fs.wait},
+		{name: "disk", do: func(ctx context.Context) error { return c.forkDisk(fs.path, copies, last, copied) }},
+		{name: "pivot", do: c.pivot},
+		{name: "restore", do: func(ctx context.Context) error { return c.restoreFrom(ctx, fs.snap, "fork") }},
+		{name: "clock", do: c.clock},
+		{name: "mark-ready", do: c.markReady},
+	}
+}
+
+// forkDisk puts the fork's disk in its place: a copy of the template, or
+// for the last fork the template itself once every copy is made. The
+// placeholder QEMU has open moves aside (QEMU's descriptor follows it)
+// until the pivot.
+func (c *creation) forkDisk(tmpl string, copies *sync.WaitGroup, last bool, copied func()) error {
+	next := c.spec.Overlay + ".fork"
+	var err error
+	if !last {
+		err = copyFile(tmpl, next)
+		copied()
+	} else {
+		copies.Wait()
+		err = os.Rename(tmpl, next)
+	}
+	if err == nil {
+		err = chownPrivate(next, c.m.uid, c.m.gid)
+	}
+	if err == nil {
+		err = copySELinuxLabel(c.spec.Overlay, next)
+	}
+	if err == nil {
+		err = os.Rename(c.spec.Overlay, c.spec.Overlay+".placeholder")
+	}
+	if err == nil {
+		err = os.Rename(next, c.spec.Overlay)
+	}
+	if err != nil {
+		return fmt.Errorf("overlay %s from fork template: %w", c.spec.Overlay, err)
+	}
+	return nil
+}
+
+// copySELinuxLabel gives dst the SELinux label of src, when src has one:
+// under SELinux sVirt, libvirt labelled the placeholder with the VM's own
+// category at start, and QEMU may open only files so labelled. (AppArmor's
+// profiles name paths, and the new disk takes the placeholder's path.)
+func copySELinuxLabel(src, dst string) error {
+	const attr = "security.selinux"
+	buf := make([]byte, 256)
+	n, err := unix.Getxattr(src, attr, buf)
+	if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("label of %s: %w", src, err)
+	}
+	if err := unix.Setxattr(dst, attr, buf[:n], 0); err != nil {
+		return fmt.Errorf("label %s like %s: %w", dst, src, err)
+	}
+	return nil
+}
+
+// pivot moves the paused guest's disk onto the fork's overlay and removes
+// the placeholder.
+func (c *creation) pivot(ctx context.Context) error {
+	if err := c.h.mon.pivotDisk(ctx, c.spec.Overlay, c.img.Disk); err != nil {
+		return err
+	}
+	return os.Remove(c.spec.Overlay + ".placeholder")
 }
 
 // removeForkTemplates removes what forks of an earlier process left.
@@ -333,46 +546,6 @@ func dropOffline(path string, names []string) error {
 		if out, err := exec.Command("qemu-img", "snapshot", "-d", n, path).CombinedOutput(); err != nil {
 			return fmt.Errorf("qemu-img snapshot -d %s %s: %w: %s", n, path, err, strings.TrimSpace(string(out)))
 		}
-	}
-	return nil
-}
-
-// forkSteps are a fork's lifecycle steps: a VM from saved state's, with
-// the transfer snapshot loaded and then dropped. As after a reset, the VM
-// is ready once loaded and its clock set; guest agent calls wait for
-// libvirt's reopen of the agent (reopenAgent) rather than the fork.
-func (c *creation) forkSteps(snap string, copies *sync.WaitGroup, last bool, copied func()) []step {
-	return []step{
-		{name: "overlay", do: func(ctx context.Context) error { return c.forkOverlay(copies, last, copied) }, undo: c.undoOverlay},
-		{name: "define", do: c.define, undo: c.undoDefine},
-		{name: "start", do: c.startDomain, undo: c.undoStart},
-		{name: "restore", do: func(ctx context.Context) error { return c.restoreFrom(ctx, snap, "fork") }},
-		// The transfer snapshot is dropped after the ready event
-		// (dropTransfer); the ready snapshot stays: it resets there.
-		{name: "clock", do: c.clock},
-		{name: "mark-ready", do: c.markReady},
-	}
-}
-
-// forkOverlay makes the fork's disk from the template: a copy, or for the
-// last fork the template itself once every copy is made.
-func (c *creation) forkOverlay(copies *sync.WaitGroup, last bool, copied func()) error {
-	if !last {
-		defer copied()
-		return c.overlay(context.Background())
-	}
-	copies.Wait()
-	dir := c.mc.spec.Dir
-	if err := makeVMDir(dir, c.m.uid, c.m.gid); err != nil {
-		return err
-	}
-	err := os.Rename(c.tmpl, c.spec.Overlay)
-	if err == nil {
-		err = chownPrivate(c.spec.Overlay, c.m.uid, c.m.gid)
-	}
-	if err != nil {
-		os.RemoveAll(dir)
-		return fmt.Errorf("overlay %s from fork template: %w", c.spec.Overlay, err)
 	}
 	return nil
 }

@@ -6,55 +6,65 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 )
 
-// A fork whose new VMs fail after their domains exist leaves nothing: no
-// domain, no VM directory, no template, no VM listed; the source runs on
-// without the transfer snapshot.
+// A fork that fails anywhere leaves nothing: no domain, no VM directory,
+// no template, no VM listed, no memory admitted; the source runs on
+// without the transfer snapshot. The new VMs' domains exist before the
+// source's state is saved, so a failure of the source's savevm removes
+// them too, as does a failure of the disk pivot or of the loadvm.
 func TestForkFailureLeavesNothing(t *testing.T) {
-	hv, f, src := forkSource(t)
-	ctx := context.Background()
-	hv.mu.Lock()
-	hv.fail["hmp:loadvm"] = errors.New("qemu: loadvm failed")
-	hv.mu.Unlock()
-	_, err := f.m.Fork(ctx, src.ID, ForkOptions{Count: 2})
-	if err == nil {
-		t.Fatal("fork with a failing loadvm succeeded")
-	}
-	if names := hv.domainNames(); len(names) != 1 || names[0] != DomainPrefix+src.ID {
-		t.Errorf("domains after the failed fork: %v", names)
-	}
-	if vms, _ := f.m.List(ctx); len(vms) != 1 || vms[0].ID != src.ID || vms[0].State != StateReady {
-		t.Errorf("vms after the failed fork: %+v", vms)
-	}
-	entries, _ := os.ReadDir(filepath.Join(f.dir, "vms"))
-	if len(entries) != 1 {
-		t.Errorf("vm dirs after the failed fork: %v", entries)
-	}
-	if entries, _ := os.ReadDir(f.m.forksDir()); len(entries) != 0 {
-		t.Errorf("fork templates left: %v", entries)
-	}
-	if used, _ := f.m.Capacity(); used != tinyOpts.MemoryMiB {
-		t.Errorf("admission still counts %d MiB", used)
-	}
-	// The source's transfer snapshot goes after Fork's copy, under the
-	// source's op lock: wait for it.
-	calls := callsAfterOps(hv, f.m, src.ID)
-	hv.mu.Lock()
-	state := hv.doms[DomainPrefix+src.ID].state
-	hv.mu.Unlock()
-	if loads := count(calls, "hmp:loadvm"); loads != 2 {
-		t.Errorf("%d loadvm calls, want one per new VM (their domains were made, then removed)", loads)
-	}
-	if !slices.Contains(calls, "hmp:delvm") || calls[len(calls)-1] == "hmp:stop" {
-		t.Errorf("source's monitor calls %v: want the transfer snapshot deleted and the guest running", calls)
-	}
-	if state != libvirt.DomainRunning {
-		t.Errorf("source left in libvirt state %d", state)
+	for _, op := range []string{"hmp:savevm", "qmp:blockdev-add", "qmp:job-complete", "qmp:blockdev-del", "hmp:loadvm"} {
+		t.Run(op, func(t *testing.T) {
+			hv, f, src := forkSource(t)
+			ctx := context.Background()
+			hv.mu.Lock()
+			hv.fail[op] = errors.New("qemu: " + op + " failed")
+			hv.mu.Unlock()
+			_, err := f.m.Fork(ctx, src.ID, ForkOptions{Count: 2})
+			if err == nil {
+				t.Fatalf("fork with a failing %s succeeded", op)
+			}
+			if !strings.Contains(err.Error(), op+" failed") {
+				t.Errorf("fork error %q does not say what failed", err)
+			}
+			if names := hv.domainNames(); len(names) != 1 || names[0] != DomainPrefix+src.ID {
+				t.Errorf("domains after the failed fork: %v", names)
+			}
+			if vms, _ := f.m.List(ctx); len(vms) != 1 || vms[0].ID != src.ID || vms[0].State != StateReady {
+				t.Errorf("vms after the failed fork: %+v", vms)
+			}
+			entries, _ := os.ReadDir(filepath.Join(f.dir, "vms"))
+			if len(entries) != 1 {
+				t.Errorf("vm dirs after the failed fork: %v", entries)
+			}
+			if entries, _ := os.ReadDir(f.m.forksDir()); len(entries) != 0 {
+				t.Errorf("fork templates left: %v", entries)
+			}
+			if used, _ := f.m.Capacity(); used != tinyOpts.MemoryMiB {
+				t.Errorf("admission still counts %d MiB", used)
+			}
+			// The source's transfer snapshot goes after Fork's copy, under
+			// the source's op lock: wait for it.
+			calls := callsAfterOps(hv, f.m, src.ID)
+			hv.mu.Lock()
+			state := hv.doms[DomainPrefix+src.ID].state
+			hv.mu.Unlock()
+			if count(calls, "start") != 3 {
+				t.Errorf("%d domains started, want the source's and one per new VM", count(calls, "start"))
+			}
+			if !slices.Contains(calls, "hmp:delvm") || calls[len(calls)-1] == "hmp:stop" {
+				t.Errorf("source's monitor calls %v: want the transfer snapshot deleted and the guest running", calls)
+			}
+			if state != libvirt.DomainRunning {
+				t.Errorf("source left in libvirt state %d", state)
+			}
+		})
 	}
 }
 

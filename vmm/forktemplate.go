@@ -207,7 +207,7 @@ func (m *Manager) forkFrom(ctx context.Context, t *ForkTemplate, opts ForkOption
 	if err := m.admitAll(mcs); err != nil {
 		return nil, fmt.Errorf("fork from template of vm %s: %w", t.Info.Source, err)
 	}
-	vms, err := m.makeForks(ctx, mcs, img, spec, t.path, t.Info.Snapshot, false, t.Info.Source)
+	vms, err := m.makeForks(ctx, mcs, img, spec, readyForkState(t.path, t.Info.Snapshot), false, t.Info.Source)
 	if err != nil {
 		return nil, fmt.Errorf("fork from template of vm %s: %w", t.Info.Source, err)
 	}

@@ -39,6 +39,9 @@ type hypervisor interface {
 	// monitorHMP runs a human monitor command; never retried (loadvm,
 	// savevm and cont change the guest).
 	monitorHMP(ctx context.Context, d libvirt.Domain, cmd string) (string, error)
+	// monitorQMP runs a QMP command (JSON) and returns QEMU's reply as
+	// QEMU wrote it, an "error" member included; never retried.
+	monitorQMP(ctx context.Context, d libvirt.Domain, cmd string) (string, error)
 	// agentCommand runs a guest agent command. The agent's own timeout is
 	// taken from ctx's deadline (at most agentCallTimeout). It is re-sent
 	// after a reconnect only when idempotent says so.
@@ -489,6 +492,12 @@ const qemuMonitorHMP = 1
 func (c *libvirtConn) monitorHMP(ctx context.Context, d libvirt.Domain, cmd string) (string, error) {
 	return call(ctx, c, false, func(l *libvirt.Libvirt) (string, error) {
 		return l.QEMUDomainMonitorCommand(d, cmd, qemuMonitorHMP)
+	})
+}
+
+func (c *libvirtConn) monitorQMP(ctx context.Context, d libvirt.Domain, cmd string) (string, error) {
+	return call(ctx, c, false, func(l *libvirt.Libvirt) (string, error) {
+		return l.QEMUDomainMonitorCommand(d, cmd, 0)
 	})
 }
 

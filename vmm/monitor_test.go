@@ -24,6 +24,7 @@ var (
 	captures     struct {
 		Provenance string             `json:"provenance"`
 		HMP        map[string]capture `json:"hmp"`
+		QMP        map[string]capture `json:"qmp"`
 		Agent      map[string]capture `json:"agent"`
 	}
 	capturesErr error
@@ -46,6 +47,11 @@ func loadCaptures(t *testing.T) {
 func hmpCaptures(t *testing.T) map[string]capture {
 	loadCaptures(t)
 	return captures.HMP
+}
+
+func qmpCaptures(t *testing.T) map[string]capture {
+	loadCaptures(t)
+	return captures.QMP
 }
 
 func agentCaptures(t *testing.T) map[string]capture {

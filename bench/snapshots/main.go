@@ -17,7 +17,6 @@ import (
 
 	"github.com/deskfarm/deskfarm/bench/internal/farm"
 	"github.com/deskfarm/deskfarm/bench/internal/stats"
-	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -27,6 +26,8 @@ func main() {
 	forks := flag.Int("forks", 3, "forks of each size")
 	mem := flag.Int("memory", 1024, "guest memory in MiB")
 	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
+	standby := flag.Bool("standby", true, "make VMs ahead as deskfarm serve does (vmm.Config.Standby): a fork's first new desktop may be one")
+	gap := flag.Duration("fork-gap", 3*time.Second, "wait this long before each fork (the standby a fork took is made again meanwhile, as between an agent's forks)")
 	verbose := flag.Bool("v", false, "log the farm's steps (with their durations, and loadvm's) to stderr")
 	label := flag.String("label", "deskfarm", "this build's name in the samples (-raw)")
 	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
@@ -36,7 +37,7 @@ func main() {
 	if *table != "" {
 		err = stats.PrintTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
 	} else {
-		err = run(*image, *n, *forks, *mem, *vcpus, *verbose, *label, *raw)
+		err = run(*image, *n, *forks, *mem, *vcpus, *standby, *gap, *verbose, *label, *raw)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
@@ -51,18 +52,15 @@ func exec(ctx context.Context, m *vmm.Manager, id, cmd string) error {
 	return err
 }
 
-func run(image string, n, forks, mem, vcpus int, verbose bool, label, raw string) error {
+func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration, verbose bool, label, raw string) error {
 	ctx := context.Background()
-	m, log, err := farm.Open(ctx, farm.DefaultStateDir)
+	cfg := vmm.Config{Standby: standby}
+	if verbose {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	m, _, err := farm.OpenConfig(ctx, cfg)
 	if err != nil {
 		return err
-	}
-	if verbose {
-		m.Close()
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		if m, err = vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: log}); err != nil {
-			return err
-		}
 	}
 	defer m.Close()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: image, MemoryMiB: mem, VCPUs: vcpus})
@@ -127,6 +125,7 @@ func run(image string, n, forks, mem, vcpus int, verbose bool, label, raw string
 			if err := exec(ctx, m, vm.ID, dirty); err != nil {
 				return nil, nil, err
 			}
+			time.Sleep(gap)
 			t0 := time.Now()
 			vms, err := m.Fork(ctx, vm.ID, vmm.ForkOptions{Count: count})
 			if err != nil {
