@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"encoding/xml"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -210,7 +211,7 @@ func TestDomainXMLBalloon(t *testing.T) {
 	if with == old || without == old {
 		t.Fatalf("a saved state from before the balloon (%s) would be loaded", old)
 	}
-	if !strings.Contains(with, "-hw3-") || !strings.Contains(without, "-hw3nb-") {
-		t.Fatalf("saved states %s, %s do not name hardware version 3 and the balloon's setting", with, without)
+	if hw := fmt.Sprintf("-hw%d", hardwareVersion); !strings.Contains(with, hw+"-") || !strings.Contains(without, hw+"nb-") {
+		t.Fatalf("saved states %s, %s do not name hardware version %d and the balloon's setting", with, without, hardwareVersion)
 	}
 }

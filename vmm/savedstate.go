@@ -63,13 +63,17 @@ func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	return filepath.Join(m.cfg.StateDir, "saved", name)
 }
 
-// hardwareVersion is the version of the device set domainXML gives a VM;
-// saved ready states carry it in their name (templatePath), since QEMU
-// cannot load a state saved with other devices. Raise it with every device
-// change in domainTmpl. Versions: 1, the devices before issue 17 (names
-// without a version were 1); 2, virtio-balloon with free page reporting;
-// 3, the accessibility port (org.deskfarm.a11y.0, DialA11y).
-const hardwareVersion = 3
+// hardwareVersion is the version of the device set domainXML gives a VM,
+// and of how its ready state is saved; saved ready states carry it in
+// their name (templatePath), since QEMU cannot load a state saved with
+// other devices. Raise it with every device change in domainTmpl, and
+// with every change in what a saved state holds that later VMs depend on.
+// Versions: 1, the devices before issue 17 (names without a version were
+// 1); 2, virtio-balloon with free page reporting; 3, the accessibility
+// port (org.deskfarm.a11y.0, DialA11y); 4, the same devices, the ready
+// state saved with the guest's free memory not yet reported (shrinkRAM),
+// so that a VM gives it back to the host after each loadvm.
+const hardwareVersion = 4
 
 // hardware is the hardware version of the VMs m makes, "nb" after it
 // without the balloon (Config.NoBalloon).

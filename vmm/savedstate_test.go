@@ -3,6 +3,7 @@ package vmm
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -127,21 +128,22 @@ func TestCreateFromSavedStateTakesSpare(t *testing.T) {
 func TestPruneSavedRemovesOutdated(t *testing.T) {
 	dir := t.TempDir()
 	cur, old := "0123456789abcdef", "fedcba9876543210"
+	hw, prev := fmt.Sprintf("-hw%d", hardwareVersion), fmt.Sprintf("-hw%d", hardwareVersion-1)
 	keep := []string{
-		"desktop-" + cur + "-hw3-1024m-2c-1280x800-tcg.qcow2",
-		"desktop-" + cur + "-hw3-1024m-2c-1280x800-tcg.qcow2.spare-42",
-		"desktop-" + cur + "-hw3-2048m-2c-1920x1080-kvm-net.qcow2",
-		"desktop-" + cur + "-hw3nb-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + hw + "-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + hw + "-1024m-2c-1280x800-tcg.qcow2.spare-42",
+		"desktop-" + cur + hw + "-2048m-2c-1920x1080-kvm-net.qcow2",
+		"desktop-" + cur + hw + "nb-1024m-2c-1280x800-tcg.qcow2",
 		"notes.txt",
 	}
 	gone := []string{
-		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2",
-		"desktop-" + cur + "-hw2-1024m-2c-1280x800-tcg.qcow2.spare-42",
+		"desktop-" + cur + prev + "-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + cur + prev + "-1024m-2c-1280x800-tcg.qcow2.spare-42",
 		"desktop-" + cur + "-hw1-1024m-2c-1280x800-tcg.qcow2",
-		"desktop-" + old + "-hw3-1024m-2c-1280x800-tcg.qcow2",
-		"desktop-" + old + "-hw3-1024m-2c-1280x800-tcg.qcow2.spare-7",
+		"desktop-" + old + hw + "-1024m-2c-1280x800-tcg.qcow2",
+		"desktop-" + old + hw + "-1024m-2c-1280x800-tcg.qcow2.spare-7",
 		"desktop-" + cur + "-1024m-2c-1280x800-tcg.qcow2",
-		"retired-" + cur + "-hw3-1024m-2c-1280x800-tcg.qcow2",
+		"retired-" + cur + hw + "-1024m-2c-1280x800-tcg.qcow2",
 	}
 	for _, n := range append(slices.Clone(keep), gone...) {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600); err != nil {

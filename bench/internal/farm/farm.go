@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/vmm"
@@ -44,4 +47,24 @@ func OpenConfig(ctx context.Context, cfg vmm.Config) (*vmm.Manager, *slog.Logger
 		return nil, nil, fmt.Errorf("open farm on %s: %w", cfg.StateDir, err)
 	}
 	return m, cfg.Log, nil
+}
+
+// QEMURSS is the resident memory (VmRSS) of VM id's QEMU, in MiB, found
+// through libvirt's pid file.
+func QEMURSS(id string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(vmm.DefaultQEMUPidDir, vmm.DomainPrefix+id+".pid"))
+	if err != nil {
+		return 0, err
+	}
+	status, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(b)), "status"))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kib, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return kib / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for the QEMU of vm %s", id)
 }
