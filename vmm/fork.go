@@ -180,8 +180,7 @@ func (fs *forkState) wait(ctx context.Context) error {
 // fork of one copies nothing more); without it every fork copies and the
 // template stays. On error none is left.
 func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, spec machineSpec, fs *forkState, take bool, source string) ([]VM, error) {
-	copts := CreateOptions{Image: spec.Image, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs,
-		Width: spec.Width, Height: spec.Height, Network: spec.Network}
+	copts := forkOptions(spec)
 	sb, stmpl := m.forkStandby(mcs, img, copts)
 	errs := make([]error, len(mcs))
 	var wg sync.WaitGroup
@@ -244,6 +243,15 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 		m.refillStandby(img, copts, stmpl)
 	}
 	return vms, nil
+}
+
+// forkOptions are the create options of a fork of a VM of spec. The
+// forwards count only for what they say of the devices (a NIC): a standby
+// is taken only for a source without one, whose transfer snapshot it can
+// load. Each fork's own host ports are in its spec.
+func forkOptions(spec machineSpec) CreateOptions {
+	return CreateOptions{Image: spec.Image, MemoryMiB: spec.MemoryMiB, VCPUs: spec.VCPUs,
+		Width: spec.Width, Height: spec.Height, Network: spec.Network, Forwards: spec.Forwards}
 }
 
 // forkStandby claims the standby of VMs like copts for the first of mcs,

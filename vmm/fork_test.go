@@ -148,3 +148,37 @@ func forkSource(t *testing.T) (*fakeHV, *testFarm, VM) {
 	hv.mu.Unlock()
 	return hv, f, src
 }
+
+// A fork of a VM with a NIC (forwards) never takes the standby of VMs
+// without one: the source's transfer snapshot holds a network device that
+// standby's QEMU does not have.
+func TestForkStandbyOnlyWithoutNIC(t *testing.T) {
+	f := newTestFarm(t, newFakeHV(), func(c *Config) { c.Standby = true })
+	img, err := f.m.cfg.Images.Resolve("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Width: 1280, Height: 800}
+	tmpl := f.m.templatePath(img, plain)
+	sb := &standby{mc: &machine{spec: machineSpec{MemoryMiB: 256}}, tmpl: tmpl, ready: true}
+	f.m.mu.Lock()
+	f.m.standbys[tmpl] = sb
+	f.m.mu.Unlock()
+	t.Cleanup(func() {
+		// Not a made standby: Close must not tear it down.
+		f.m.mu.Lock()
+		delete(f.m.standbys, tmpl)
+		f.m.mu.Unlock()
+	})
+	src := machineSpec{ID: "src", Image: "tiny", MemoryMiB: 256, VCPUs: 1, Width: 1280, Height: 800,
+		Forwards: []Forward{{GuestPort: 5000, HostPort: 41000}}}
+	mcs := []*machine{{spec: machineSpec{ID: "x", MemoryMiB: 256, Forwards: src.Forwards}}}
+	if got, _ := f.m.forkStandby(mcs, img, forkOptions(src)); got != nil {
+		t.Fatal("a fork of a VM with a NIC took the standby of VMs without one")
+	}
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if f.m.standbys[tmpl] != sb || mcs[0].spec.ID != "x" {
+		t.Fatal("the standby or the fork's record changed")
+	}
+}
