@@ -183,18 +183,26 @@ func (c *creation) alive(ctx context.Context) func() error {
 
 // overlay makes the VM directory and its disk: a copy of the saved ready
 // state, or a fresh qcow2 overlay on the base image.
-func (c *creation) overlay(context.Context) error {
-	dir := c.mc.spec.Dir
-	var err error
-	if c.fromSaved {
-		err = c.m.overlayFrom(dir, c.tmpl, c.spec.Overlay, c.spare)
-	} else {
-		err = c.m.makeOverlay(dir, c.img.Disk, c.spec.Overlay)
+func (c *creation) overlay(ctx context.Context) error {
+	if !c.fromSaved {
+		return c.placeholder(ctx)
 	}
+	return c.partial(c.m.overlayFrom(c.mc.spec.Dir, c.tmpl, c.spec.Overlay, c.spare))
+}
+
+// placeholder makes the VM directory with an empty overlay on the base: a
+// boot's disk, and a fork's until its copy is pivoted in.
+func (c *creation) placeholder(context.Context) error {
+	return c.partial(c.m.makeOverlay(c.mc.spec.Dir, c.img.Disk, c.spec.Overlay))
+}
+
+// partial removes what a failed overlay step left of the VM directory: a
+// step cleans up its own partial work, and undo is only for steps that
+// finished. A directory that was there already (ErrExist) is not this
+// creation's.
+func (c *creation) partial(err error) error {
 	if err != nil && !errors.Is(err, fs.ErrExist) {
-		// A step cleans up its own partial work; undo is only for steps
-		// that finished.
-		os.RemoveAll(dir)
+		os.RemoveAll(c.mc.spec.Dir)
 	}
 	return err
 }

@@ -195,7 +195,7 @@ func (m *Manager) makeForks(ctx context.Context, mcs []*machine, img BaseImage, 
 			if i == 0 && sb != nil {
 				c = sb.c
 				c.start, c.opts, c.log = time.Now(), copts, m.log.With("vm", mc.spec.ID)
-				first = []step{{name: "claim-standby", do: c.claimForFork, undo: c.undoClaim}}
+				first = []step{{name: "claim-standby", do: c.adopt, undo: c.undoClaim}}
 			} else {
 				c = m.newCreation(mc, img, copts, "")
 				// QEMU starts paused, as from saved state.
@@ -291,18 +291,10 @@ func (c *creation) placeholderSteps() []step {
 	}
 }
 
-// placeholder makes the VM directory with an empty overlay on the base.
-func (c *creation) placeholder(context.Context) error {
-	err := c.m.makeOverlay(c.mc.spec.Dir, c.img.Disk, c.spec.Overlay)
-	if err != nil {
-		os.RemoveAll(c.mc.spec.Dir)
-	}
-	return err
-}
-
-// claimForFork makes a standby a fork: visible and watched, its guest
-// still paused until the transfer snapshot is loaded.
-func (c *creation) claimForFork(context.Context) error {
+// adopt makes a standby this creation's VM: visible and watched, its
+// guest still paused. A create's claim then continues it; a fork's loads
+// the transfer snapshot first.
+func (c *creation) adopt(context.Context) error {
 	c.m.watchProcess(c.mc)
 	c.defined = true
 	c.m.publish(EventCreated, c.mc, "")

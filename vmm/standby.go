@@ -121,9 +121,7 @@ func (m *Manager) createFromStandby(ctx context.Context, img BaseImage, opts Cre
 // reports the agent's port open only once the loaded guest runs (no
 // "connected" event came in 10 s while a standby sat paused after loadvm).
 func (c *creation) claim(ctx context.Context) error {
-	c.m.watchProcess(c.mc)
-	c.defined = true
-	c.m.publish(EventCreated, c.mc, "")
+	_ = c.adopt(ctx)
 	t := time.Now()
 	rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.AgentTimeout)
 	evs, err := c.m.hv.agentEvents(rctx, c.h.dom)

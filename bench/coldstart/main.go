@@ -47,31 +47,23 @@ func main() {
 	n := flag.Int("n", 20, "VMs to create from saved state")
 	mem := flag.Int("memory", 1024, "guest memory in MiB")
 	vcpus := flag.Int("vcpus", 2, "guest vCPUs")
-	label := flag.String("label", "this build", "name of this build in the table (compare.sh passes old/new)")
-	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
 	resets := flag.Int("resets", 0, "also time this many resets and raw loadvms of one VM (revert)")
-	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
 	standby := flag.Bool("standby", false, "make VMs ahead (vmm.Config.Standby)")
 	gap := flag.Duration("gap", 0, "wait this long before each timed create")
+	side := stats.SideFlags()
 	flag.Parse()
-	var err error
-	if *table != "" {
-		err = stats.PrintTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
-	} else {
-		err = run(*image, *n, *mem, *vcpus, *resets, *label, *raw, *standby, *gap)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/coldstart:", err)
-		os.Exit(1)
-	}
+	side.Main("coldstart", fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus), func(label string) (stats.Samples, string, error) {
+		out, err := run(*image, *n, *mem, *vcpus, *resets, label, *standby, *gap)
+		return out, "", err
+	})
 }
 
-func run(image string, n, mem, vcpus, resets int, label, raw string, standby bool, gap time.Duration) error {
+func run(image string, n, mem, vcpus, resets int, label string, standby bool, gap time.Duration) (stats.Samples, error) {
 	ctx := context.Background()
 	steps := newStepLog(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := vmm.New(ctx, vmm.Config{StateDir: farm.DefaultStateDir, Images: vmm.StoreImages{Store: &images.Store{}}, Log: slog.New(steps), Standby: standby})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer m.Close()
 	opts := vmm.CreateOptions{Image: image, MemoryMiB: mem, VCPUs: vcpus}
@@ -80,10 +72,10 @@ func run(image string, n, mem, vcpus, resets int, label, raw string, standby boo
 	// there is none yet; it is not counted.
 	first, err := m.Create(ctx, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := m.Destroy(ctx, first.ID); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "%s: first vm %s started by %s; timing %d creates from saved state\n", label, first.ID, first.Start, n)
 
@@ -94,28 +86,28 @@ func run(image string, n, mem, vcpus, resets int, label, raw string, standby boo
 		t0 := time.Now()
 		vm, err := m.Create(ctx, opts)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		add(measureCreate, time.Since(t0))
 		if vm.Start != vmm.StartSavedState {
 			m.Destroy(ctx, vm.ID)
-			return fmt.Errorf("vm %s started by %s, not from saved state", vm.ID, vm.Start)
+			return nil, fmt.Errorf("vm %s started by %s, not from saved state", vm.ID, vm.Start)
 		}
 		if _, err := m.Screenshot(ctx, vm.ID); err != nil {
 			m.Destroy(ctx, vm.ID)
-			return fmt.Errorf("first screendump of vm %s: %w", vm.ID, err)
+			return nil, fmt.Errorf("first screendump of vm %s: %w", vm.ID, err)
 		}
 		add(measureScreenshot, time.Since(t0))
 		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"true"}}); err != nil {
 			m.Destroy(ctx, vm.ID)
-			return fmt.Errorf("first exec of vm %s: %w", vm.ID, err)
+			return nil, fmt.Errorf("first exec of vm %s: %w", vm.ID, err)
 		}
 		add(measureExec, time.Since(t0))
 		if i == n-1 {
 			reportRSS(ctx, m, label, standby, gap)
 		}
 		if err := m.Destroy(ctx, vm.ID); err != nil {
-			return err
+			return nil, err
 		}
 		for op, d := range steps.take(vm.ID) {
 			add("step "+op, d)
@@ -123,14 +115,10 @@ func run(image string, n, mem, vcpus, resets int, label, raw string, standby boo
 	}
 	if resets > 0 {
 		if err := revert(ctx, m, steps, opts, resets, label, add); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if raw != "" {
-		return out.AppendTo(raw)
-	}
-	out.Print(fmt.Sprintf("%s image, %d MiB, %d vCPU", image, mem, vcpus))
-	return nil
+	return out, nil
 }
 
 // reportRSS prints, to stderr, the resident memory of this farm's QEMUs

@@ -29,27 +29,20 @@ func main() {
 	n := flag.Int("n", 5, "resets")
 	fill := flag.Int("fill", 500, "MiB of random bytes the guest holds before each reset")
 	after := flag.Duration("after", 10*time.Second, "when, after the reset, the RSS is read")
-	label := flag.String("label", "deskfarm", "this build's name in the samples (-raw)")
-	raw := flag.String("raw", "", "append the samples to this file instead of printing a table")
-	table := flag.String("table", "", "print the table of the samples in this file, builds side by side, and exit")
+	side := stats.SideFlags()
 	flag.Parse()
-	var err error
-	if *table != "" {
-		err = stats.PrintTable(*table, fmt.Sprintf("%s image, 1024 MiB, 2 vCPU; %d MiB filled before each reset; RSS rows in MiB, shown as ms", *image, *fill))
-	} else {
-		err = run(*state, *image, *n, *fill, *after, *label, *raw)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/reclaim:", err)
-		os.Exit(1)
-	}
+	side.Main("reclaim", fmt.Sprintf("%s image, 1024 MiB, 2 vCPU; %d MiB filled before each reset; RSS rows in MiB, shown as ms", *image, *fill),
+		func(label string) (stats.Samples, string, error) {
+			out, err := run(*state, *image, *n, *fill, *after, label)
+			return out, "", err
+		})
 }
 
-func run(state, image string, n, fill int, after time.Duration, label, raw string) error {
+func run(state, image string, n, fill int, after time.Duration, label string) (stats.Samples, error) {
 	ctx := context.Background()
 	m, _, err := farm.OpenConfig(ctx, vmm.Config{StateDir: state})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer m.Close()
 	opts := vmm.CreateOptions{Image: image, MemoryMiB: 1024, VCPUs: 2}
@@ -57,15 +50,15 @@ func run(state, image string, n, fill int, after time.Duration, label, raw strin
 	// and makes it; the measured VM starts from it.
 	first, err := m.Create(ctx, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if first.Start == vmm.StartBoot {
 		fmt.Fprintln(os.Stderr, "booted the first VM: its ready state is saved")
 		if err := m.Destroy(ctx, first.ID); err != nil {
-			return err
+			return nil, err
 		}
 		if first, err = m.Create(ctx, opts); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	vm := first
@@ -76,31 +69,31 @@ func run(state, image string, n, fill int, after time.Duration, label, raw strin
 	time.Sleep(after)
 	rss, err := farm.QEMURSS(vm.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	add("QEMU RSS of the new VM, idle (MiB)", mib(rss))
 	for range n {
 		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"sh", "-c",
 			fmt.Sprintf("dd if=/dev/urandom of=/dev/shm/fill bs=1M count=%d 2>/dev/null", fill)}}); err != nil {
-			return err
+			return nil, err
 		}
 		if rss, err = farm.QEMURSS(vm.ID); err != nil {
-			return err
+			return nil, err
 		}
 		add("QEMU RSS, filled, before the reset (MiB)", mib(rss))
 		t0 := time.Now()
 		r, err := m.Reset(ctx, vm.ID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		add("reset (loadvm + clock)", r.Duration)
 		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"true"}}); err != nil {
-			return err
+			return nil, err
 		}
 		add("reset, then the first guest exec answered", time.Since(t0))
 		time.Sleep(after - time.Since(t0))
 		if rss, err = farm.QEMURSS(vm.ID); err != nil {
-			return err
+			return nil, err
 		}
 		add(fmt.Sprintf("QEMU RSS %s after the reset (MiB)", after), mib(rss))
 		// The memory given back is the host's to fault in again when the
@@ -108,14 +101,10 @@ func run(state, image string, n, fill int, after time.Duration, label, raw strin
 		t1 := time.Now()
 		if _, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"sh", "-c",
 			fmt.Sprintf("dd if=/dev/zero of=/dev/shm/use bs=1M count=%d 2>/dev/null; rm /dev/shm/use", fill)}}); err != nil {
-			return err
+			return nil, err
 		}
 		add("then the guest writes as much again (exec)", time.Since(t1))
 		time.Sleep(3 * time.Second)
 	}
-	if raw != "" {
-		return out.AppendTo(raw)
-	}
-	out.Print(fmt.Sprintf("%s image, 1024 MiB, 2 vCPU; %d MiB filled before each reset; RSS rows in MiB, shown as ms", image, fill))
-	return nil
+	return out, nil
 }

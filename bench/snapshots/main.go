@@ -29,20 +29,11 @@ func main() {
 	standby := flag.Bool("standby", true, "make VMs ahead as deskfarm serve does (vmm.Config.Standby): a fork's first new desktop may be one")
 	gap := flag.Duration("fork-gap", 3*time.Second, "wait this long before each fork (the standby a fork took is made again meanwhile, as between an agent's forks)")
 	verbose := flag.Bool("v", false, "log the farm's steps (with their durations, and loadvm's) to stderr")
-	label := flag.String("label", "deskfarm", "this build's name in the samples (-raw)")
-	raw := flag.String("raw", "", "append the samples to this file (one \"label\tmeasure\tms\" line each) instead of printing a table")
-	table := flag.String("table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
+	side := stats.SideFlags()
 	flag.Parse()
-	var err error
-	if *table != "" {
-		err = stats.PrintTable(*table, fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus))
-	} else {
-		err = run(*image, *n, *forks, *mem, *vcpus, *standby, *gap, *verbose, *label, *raw)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
-		os.Exit(1)
-	}
+	side.Main("snapshots", fmt.Sprintf("%s image, %d MiB, %d vCPU", *image, *mem, *vcpus), func(label string) (stats.Samples, string, error) {
+		return run(*image, *n, *forks, *mem, *vcpus, *standby, *gap, *verbose, label)
+	})
 }
 
 // exec runs a guest command; after a revert or reset it waits for the
@@ -52,7 +43,7 @@ func exec(ctx context.Context, m *vmm.Manager, id, cmd string) error {
 	return err
 }
 
-func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration, verbose bool, label, raw string) error {
+func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration, verbose bool, label string) (stats.Samples, string, error) {
 	ctx := context.Background()
 	cfg := vmm.Config{Standby: standby}
 	if verbose {
@@ -60,12 +51,12 @@ func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration
 	}
 	m, _, err := farm.OpenConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer m.Close()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: image, MemoryMiB: mem, VCPUs: vcpus})
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	defer m.Destroy(ctx, vm.ID)
 	fmt.Fprintf(os.Stderr, "vm %s ready (%s); %d rounds\n", vm.ID, vm.Start, n)
@@ -78,42 +69,42 @@ func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration
 	for i := range n {
 		name := fmt.Sprintf("bench-%d", i)
 		if err := exec(ctx, m, vm.ID, dirty); err != nil {
-			return err
+			return nil, "", err
 		}
 		s, err := m.SaveSnapshot(ctx, vm.ID, name)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		save, bytes = append(save, s.Took), s.Bytes
 		if err := exec(ctx, m, vm.ID, dirty); err != nil {
-			return err
+			return nil, "", err
 		}
 		t0 := time.Now()
 		r, err := m.RevertSnapshot(ctx, vm.ID, name)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		revert = append(revert, r.Duration)
 		if err := exec(ctx, m, vm.ID, "true"); err != nil {
-			return fmt.Errorf("first exec after revert %d: %w", i, err)
+			return nil, "", fmt.Errorf("first exec after revert %d: %w", i, err)
 		}
 		revertExec = append(revertExec, time.Since(t0))
 		if err := exec(ctx, m, vm.ID, dirty); err != nil {
-			return err
+			return nil, "", err
 		}
 		t0 = time.Now()
 		r, err = m.Reset(ctx, vm.ID)
 		if err != nil {
-			return err
+			return nil, "", err
 		}
 		reset = append(reset, r.Duration)
 		if err := exec(ctx, m, vm.ID, "true"); err != nil {
-			return fmt.Errorf("first exec after reset %d: %w", i, err)
+			return nil, "", fmt.Errorf("first exec after reset %d: %w", i, err)
 		}
 		resetExec = append(resetExec, time.Since(t0))
 		t0 = time.Now()
 		if err := m.DeleteSnapshot(ctx, vm.ID, name); err != nil {
-			return err
+			return nil, "", err
 		}
 		del = append(del, time.Since(t0))
 	}
@@ -146,11 +137,11 @@ func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration
 	}
 	per1, _, err := forkOf(1)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	per4, whole4, err := forkOf(4)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 
 	var out stats.Samples
@@ -168,9 +159,5 @@ func run(image string, n, forks, mem, vcpus int, standby bool, gap time.Duration
 	add("fork N=1: the new desktop ready", per1)
 	add("fork N=4: whole fork", whole4)
 	add("fork N=4: per new desktop (whole / 4)", per4)
-	if raw != "" {
-		return out.AppendTo(raw)
-	}
-	out.Print(fmt.Sprintf("%s image, %d MiB, %d vCPU, %s; snapshot %.0f MiB", image, mem, vcpus, vm.Accel, float64(bytes)/(1<<20)))
-	return nil
+	return out, fmt.Sprintf("%s image, %d MiB, %d vCPU, %s; snapshot %.0f MiB", image, mem, vcpus, vm.Accel, float64(bytes)/(1<<20)), nil
 }

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -116,5 +117,49 @@ func (s Samples) Print(what string) {
 			fmt.Printf(" %d, %s, %s |", len(d), MS(Pct(d, 50)), MS(Pct(d, 95)))
 		}
 		fmt.Println()
+	}
+}
+
+// Side is what a side-by-side bench (bench/compare.sh) is told: its
+// build's name in the samples, and whether to append them to a file or to
+// print a file's table.
+type Side struct {
+	Label, Raw, Table string
+}
+
+// SideFlags registers -label, -raw and -table on the command line.
+func SideFlags() *Side {
+	s := &Side{}
+	flag.StringVar(&s.Label, "label", "deskfarm", "this build's name in the samples (-raw)")
+	flag.StringVar(&s.Raw, "raw", "", "append the samples to this file (one \"label\\tmeasure\\tms\" line each) instead of printing a table")
+	flag.StringVar(&s.Table, "table", "", "print the table of the samples in this file (written by -raw), builds side by side, and exit")
+	return s
+}
+
+// Main runs the bench named name once flags are parsed: with -table it
+// prints that file's table under what; otherwise run measures, and its
+// samples are appended to -raw or printed under the what it returns (what
+// itself when that is ""). An error exits 1, named by the bench.
+func (s *Side) Main(name, what string, run func(label string) (Samples, string, error)) {
+	err := func() error {
+		if s.Table != "" {
+			return PrintTable(s.Table, what)
+		}
+		out, w, err := run(s.Label)
+		if err != nil {
+			return err
+		}
+		if s.Raw != "" {
+			return out.AppendTo(s.Raw)
+		}
+		if w == "" {
+			w = what
+		}
+		out.Print(w)
+		return nil
+	}()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench/%s: %v\n", name, err)
+		os.Exit(1)
 	}
 }
