@@ -10,9 +10,12 @@
 // (relay.py, started through the guest agent for the walk and gone after
 // it). The guest's CPU, slow under TCG, then runs only the bus and the
 // applications' answers: an earlier Python walk in the guest spent 30-60 s
-// there on one tree (docs/benchmarks.md). Each application's tree comes in
-// one call where it keeps a cache (org.a11y.atspi.Cache.GetItems), and the
-// rest is asked many calls at a time.
+// there on one tree (docs/benchmarks.md). The port is split into channels
+// (mux.go): the bus, and each application's own D-Bus socket, where it is
+// asked past the bus daemon as libatspi's clients ask it. Each
+// application's tree comes in one call where it keeps a cache
+// (org.a11y.atspi.Cache.GetItems), and the rest is asked many calls at a
+// time.
 //
 // Images without AT-SPI (the desktop image has no at-spi2-core) answer
 // ErrUnavailable.
@@ -103,6 +106,10 @@ type Options struct {
 	// names, e.g. the osworld image's Chromium as Google Chrome, whose
 	// name OSWorld's getters look for (osworld.ChromeAppNames).
 	AppNames map[string]string
+	// BusOnly asks every application through the bus daemon, never on
+	// its own socket: the walk as it was before the port had channels
+	// (bench/a11y's side by side).
+	BusOnly bool
 }
 
 // ReadStats is Read with opts, and with what the walk asked and how long
@@ -115,7 +122,7 @@ func ReadStats(ctx context.Context, g Guest, vm string, m Mode, opts Options) ([
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, Timeout, fmt.Errorf("the accessibility walk did not finish within %s: %w", Timeout, vmm.ErrTimeout))
 	defer cancel()
-	root, st, err := walkVM(ctx, g, vm, m)
+	root, st, err := walkVM(ctx, g, vm, m, !opts.BusOnly)
 	if err != nil {
 		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
 			err = c
@@ -142,7 +149,7 @@ func ReadStats(ctx context.Context, g Guest, vm string, m Mode, opts Options) ([
 }
 
 // walkVM connects to vm's port, starts the relay, and walks.
-func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, error) {
+func walkVM(ctx context.Context, g Guest, vm string, m Mode, direct bool) (*Node, Stats, error) {
 	conn, err := g.DialA11y(ctx, vm)
 	if err != nil {
 		return nil, Stats{}, err
@@ -209,9 +216,10 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 		return nil, Stats{}, ctx.Err()
 	}
 	// godbus closes its stream on bus.Close, which runs before the
-	// deferred wait above: it gets a stream whose Close only ends the
-	// host's side, so the port stays ours until the relay has exited.
-	bus, err := dbus.NewConn(halfCloser{conn})
+	// deferred wait above: the bus channel's close ends the relay's bus
+	// connection, and the port stays ours until the relay has exited.
+	mx, busChan := newMux(conn)
+	bus, err := dbus.NewConn(busChan)
 	if err != nil {
 		return nil, Stats{}, err
 	}
@@ -222,7 +230,50 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode) (*Node, Stats, erro
 	if err := bus.Hello(); err != nil {
 		return nil, Stats{}, fmt.Errorf("hello on the accessibility bus: %w", err)
 	}
-	return Walk(ctx, bus, m)
+	peers := func(ctx context.Context, addr string) (*dbus.Conn, error) {
+		p, err := peerPath(addr)
+		if err != nil {
+			return nil, err
+		}
+		ch, err := mx.open(p)
+		if err != nil {
+			return nil, err
+		}
+		return authPeer(ctx, ch, uid)
+	}
+	if !direct {
+		peers = nil
+	}
+	return Walk(ctx, bus, m, peers)
+}
+
+// authPeer makes a D-Bus connection on an application's socket: the
+// EXTERNAL handshake as the relay's user, and no Hello (there is no bus).
+// An application that does not answer within callTimeout is not waited
+// on.
+func authPeer(ctx context.Context, ch io.ReadWriteCloser, uid string) (*dbus.Conn, error) {
+	c, err := dbus.NewConn(ch)
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Auth([]dbus.Auth{dbus.AuthExternal(uid)}) }()
+	t := time.NewTimer(callTimeout)
+	defer t.Stop()
+	select {
+	case err = <-done:
+	case <-t.C:
+		err = errCallTimeout
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		ch.Close() // ends a handshake still waiting
+		c.Close()
+		return nil, fmt.Errorf("connect to the application's socket: %w", err)
+	}
+	return c, nil
 }
 
 type relayResult struct {
@@ -311,15 +362,4 @@ func (b byteReader) ReadByte() (byte, error) {
 		return 0, err
 	}
 	return p[0], nil
-}
-
-// halfCloser is a stream whose Close ends only the writing side (the port
-// itself is closed once the relay has exited).
-type halfCloser struct{ net.Conn }
-
-func (h halfCloser) Close() error {
-	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }

@@ -188,9 +188,26 @@ func TestReadRealBus(t *testing.T) {
 	// The widget factory's tree came in one call, from its bridge's cache
 	// (the walk's event listener turns the cache on), but for the objects
 	// the cache leaves out.
+	// It was asked on its own socket, past the bus daemon, through the
+	// relay's second channel.
 	_, st, err := ReadStats(ctx, g, "vm", ModeOSWorld, Options{})
 	if err != nil || len(st.PerApp) != 1 || !st.PerApp[0].Cached || st.CachedNodes < st.Nodes/2 {
 		t.Errorf("walk without the application's cache: %v %+v", err, st)
+	}
+	if len(st.PerApp) == 1 && !st.PerApp[0].Peer {
+		t.Errorf("the application was not asked on its own socket: %s", st.PerApp[0].PeerErr)
+	}
+	// Through the bus daemon alone, the same tree.
+	direct, _, err := ReadStats(ctx, g, "vm", ModeOSWorld, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaBus, st, err := ReadStats(ctx, g, "vm", ModeOSWorld, Options{BusOnly: true})
+	if err != nil || len(st.PerApp) != 1 || st.PerApp[0].Peer {
+		t.Errorf("bus-only walk: %v %+v", err, st)
+	}
+	if string(viaBus) != string(direct) {
+		t.Errorf("the tree through the bus (%d bytes) differs from the one on the application's socket (%d bytes)", len(viaBus), len(direct))
 	}
 
 	out, err := Read(ctx, g, "vm", ModeCua)

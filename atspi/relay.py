@@ -10,15 +10,26 @@
 # bus for its address (as every AT-SPI client does, org.a11y.Bus.GetAddress,
 # which starts the launcher): dbus-send is a process start more, a few
 # hundred milliseconds under TCG. Then it drops whatever an
-# earlier walk left unread on the port, writes "DESKFARM-A11Y NONCE UID\n"
-# and from then on copies bytes both ways until either side closes. The
-# host's D-Bus messages are the host's business: this reads none of them.
+# earlier walk left unread on the port and writes "DESKFARM-A11Y NONCE UID\n".
+#
+# From then on the port carries frames both ways (package atspi, mux.go):
+# a kind byte, a channel and a length (big-endian uint32s), the payload.
+# Channel 0 is the accessibility bus. The host opens others ("O", payload
+# a socket path) on applications' own sockets, the peer-to-peer D-Bus
+# servers at-spi2-atk listens on (Application.GetApplicationBusAddress),
+# which answer without the bus daemon's two hops. Only the user's own
+# sockets named as at-spi2-atk names them are opened. "D" carries bytes,
+# "C" ends a channel (from here, with the reason). The host's D-Bus
+# messages are the host's business: this reads none of them. The relay
+# ends when the host closes the port or the bus closes.
 #
 # Exit status 3: no accessibility bus (no at-spi2-core in the image, or
 # the session is not up); 4: the host is not connected to the port.
 import os
 import select
 import socket
+import stat
+import struct
 import subprocess
 import sys
 from urllib.parse import unquote_to_bytes
@@ -90,6 +101,35 @@ def write_all(fd, data):
         data = data[n:]
 
 
+HEADER = struct.Struct(">cII")
+MAX_FRAME = 1 << 20
+
+
+def frame(kind, chan, payload=b""):
+    write_all(PORT, HEADER.pack(kind, chan, len(payload)) + payload)
+
+
+def peer_socket(path):
+    """Connects to an application's at-spi2-atk socket: .../at-spi2-XXXXXX/socket
+    (at-spi2-core 2.46 spi_atk_create_socket) or .../at-spi2-socket-PID
+    (older), a socket of this user's."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path:
+        raise OSError("not an absolute, clean path")
+    base, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
+    if not (base == "socket" and parent.startswith("at-spi2-") or base.startswith("at-spi2-socket-")):
+        raise OSError("not an at-spi2-atk socket's name")
+    st = os.stat(path)
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        raise OSError("not a socket of uid %d" % os.getuid())
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def main():
     nonce = sys.argv[1]
     bus = launcher_socket() or connect(bus_address())
@@ -103,19 +143,68 @@ def main():
             die(4, "the host is not connected to the port")
     os.set_blocking(PORT, True)
     write_all(PORT, ("DESKFARM-A11Y %s %d\n" % (nonce, os.getuid())).encode())
-    sock = bus.fileno()
+    chans = {0: bus}  # channel: socket
+    fds = {bus.fileno(): 0}
+    buf = b""
+
+    def close(chan, why=""):
+        s = chans.pop(chan, None)
+        if s is not None:
+            del fds[s.fileno()]
+            s.close()
+            frame(b"C", chan, why.encode()[:4096])
+
     while True:
-        ready, _, _ = select.select([PORT, sock], [], [])
+        ready, _, _ = select.select([PORT] + list(fds), [], [])
         if PORT in ready:
             b = os.read(PORT, 65536)
             if not b:
                 return  # the host closed: the walk is over
-            bus.sendall(b)
-        if sock in ready:
-            b = bus.recv(65536)
-            if not b:
-                return
-            write_all(PORT, b)
+            buf += b
+            while len(buf) >= HEADER.size:
+                kind, chan, n = HEADER.unpack_from(buf)
+                if n > MAX_FRAME:
+                    die(5, "a frame of %d bytes from the host" % n)
+                if len(buf) < HEADER.size + n:
+                    break
+                payload, buf = buf[HEADER.size:HEADER.size + n], buf[HEADER.size + n:]
+                if kind == b"D" and chan in chans:
+                    chans[chan].sendall(payload)
+                elif kind == b"O" and chan not in chans and chan != 0:
+                    try:
+                        s = peer_socket(os.fsdecode(payload))
+                    except OSError as e:
+                        frame(b"C", chan, ("open %s: %s" % (os.fsdecode(payload), e)).encode()[:4096])
+                        continue
+                    chans[chan] = s
+                    fds[s.fileno()] = chan
+                elif kind == b"C":
+                    if chan == 0:
+                        return
+                    s = chans.pop(chan, None)
+                    if s is not None:
+                        del fds[s.fileno()]
+                        s.close()
+        for fd in ready:
+            chan = fds.get(fd)
+            if chan is None:
+                continue
+            try:
+                # Not blocking: the fd may be a socket opened just now in
+                # the place of one closed above.
+                b = chans[chan].recv(65536, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                b, why = b"", str(e)
+            else:
+                why = "closed"
+            if b:
+                frame(b"D", chan, b)
+            elif chan == 0:
+                return  # the bus is gone
+            else:
+                close(chan, why)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ const (
 	ifSelection  = "org.a11y.atspi.Selection"
 	ifTable      = "org.a11y.atspi.Table"
 	ifCache      = "org.a11y.atspi.Cache"
+	ifApp        = "org.a11y.atspi.Application"
 	ifProps      = "org.freedesktop.DBus.Properties"
 )
 
@@ -83,6 +84,10 @@ type AppStats struct {
 	// rest were asked live), and Methods its calls by method.
 	FromCache int
 	Methods   map[string]int
+	// Peer: its calls went to its own socket rather than through the
+	// bus; PeerErr says why not when it has one.
+	Peer    bool
+	PeerErr string
 }
 
 // objRef is an object's D-Bus reference: the application's bus name and
@@ -158,13 +163,19 @@ type cacheItemOld struct {
 	States           []uint32
 }
 
+// Peers connects to an application's own D-Bus socket at addr (its
+// Application.GetApplicationBusAddress), authenticated and ready for
+// calls.
+type Peers func(ctx context.Context, addr string) (*dbus.Conn, error)
+
 // Walk reads the desktop's accessibility tree over conn, a connection to
 // the AT-SPI bus. Every mode walks the same objects; full adds what only
 // OSWorld's XML carries (attributes, values, actions), and text whether
-// nodes' text is read. An application that does not answer is left out or
-// cut short, never the walk.
-func Walk(ctx context.Context, conn *dbus.Conn, mode Mode) (*Node, Stats, error) {
-	w := &walker{conn: conn, mode: mode}
+// nodes' text is read. With peers (nil: none), each application that has
+// a socket of its own is asked there, past the bus daemon. An application
+// that does not answer is left out or cut short, never the walk.
+func Walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers) (*Node, Stats, error) {
+	w := &walker{conn: conn, mode: mode, peers: peers}
 	// An application's bridge (at-spi2-atk) makes its cache only once some
 	// client listens for events, as screen readers and libatspi do: one
 	// rare event, so the walk gets the cache without the applications
@@ -202,6 +213,7 @@ func Walk(ctx context.Context, conn *dbus.Conn, mode Mode) (*Node, Stats, error)
 
 type walker struct {
 	conn  *dbus.Conn
+	peers Peers
 	mode  Mode
 	calls atomic.Int64
 	built atomic.Int64 // nodes, against MaxNodes
@@ -221,12 +233,17 @@ func (w *walker) stats() Stats {
 	return Stats{Apps: w.apps, Nodes: w.nodes, Calls: int(w.calls.Load()), CachedNodes: w.cached, Hung: w.hung, PerApp: w.perApp}
 }
 
-// call makes one method call and stores its reply in out.
+// call makes one method call on the bus and stores its reply in out.
 func (w *walker) call(ctx context.Context, r objRef, method string, args []any, out ...any) error {
+	return w.callOn(ctx, w.conn, r, method, args, out...)
+}
+
+// callOn makes one method call over conn.
+func (w *walker) callOn(ctx context.Context, conn *dbus.Conn, r objRef, method string, args []any, out ...any) error {
 	w.calls.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	c := w.conn.Object(r.Name, r.Path).CallWithContext(ctx, method, 0, args...)
+	c := conn.Object(r.Name, r.Path).CallWithContext(ctx, method, 0, args...)
 	if c.Err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s on %s%s: %w", method, r.Name, r.Path, errCallTimeout)
@@ -247,6 +264,7 @@ var errCallTimeout = errors.New("no answer within the call timeout")
 type appWalk struct {
 	w      *walker
 	name   string
+	peer   *dbus.Conn // the application's own socket, nil for the bus
 	sem    chan struct{}
 	hung   atomic.Bool
 	calls  atomic.Int64
@@ -291,7 +309,7 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 	a.mu.Lock()
 	a.methods[key]++
 	a.mu.Unlock()
-	err := a.w.call(ctx, r, method, args, out...)
+	err := a.w.callOn(ctx, a.conn(r.Name), r, method, args, out...)
 	if errors.Is(err, errCallTimeout) && ctx.Err() == nil && !a.hung.Swap(true) {
 		a.w.mu.Lock()
 		a.w.hung = append(a.w.hung, a.name)
@@ -316,6 +334,14 @@ func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 		st.Methods["Cache.GetItems"]++
 		a.mu.Unlock()
 	}()
+	if w.peers != nil && w.mode != ModeTerminal {
+		if err := a.dialPeer(ctx, ref); err != nil {
+			st.PeerErr = err.Error()
+		} else {
+			st.Peer = true
+			defer a.peer.Close()
+		}
+	}
 	if err := a.loadCache(ctx, ref.Name); err != nil {
 		st.CacheErr = err.Error()
 	}
@@ -355,7 +381,7 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) error {
 		a.w.calls.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, 4*callTimeout) // one big reply
 		defer cancel()
-		c = a.w.conn.Object(bus, cachePath).CallWithContext(cctx, ifCache+".GetItems", 0)
+		c = a.conn(bus).Object(bus, cachePath).CallWithContext(cctx, ifCache+".GetItems", 0)
 	}()
 	if c.Err != nil {
 		return c.Err
@@ -386,6 +412,33 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) error {
 			}
 		}
 	}
+	return nil
+}
+
+// conn is the connection for calls to objects of the bus name name: the
+// application's own socket for its objects, when it has one; the bus for
+// the rest (an embedded application's objects).
+func (a *appWalk) conn(name string) *dbus.Conn {
+	if a.peer != nil && name == a.name {
+		return a.peer
+	}
+	return a.w.conn
+}
+
+// dialPeer connects to the application's own socket, where it has one.
+func (a *appWalk) dialPeer(ctx context.Context, ref objRef) error {
+	var addr string
+	if err := a.call(ctx, ref, ifApp+".GetApplicationBusAddress", nil, &addr); err != nil {
+		return fmt.Errorf("GetApplicationBusAddress: %w", err)
+	}
+	if addr == "" {
+		return errors.New("GetApplicationBusAddress: no socket of its own")
+	}
+	c, err := a.w.peers(ctx, addr)
+	if err != nil {
+		return err
+	}
+	a.peer = c
 	return nil
 }
 

@@ -36,6 +36,8 @@ var oldWalk []byte
 
 const stateDir = farm.DefaultStateDir + "-a11y"
 
+var busWalks int
+
 var outDir string
 
 // keep writes a walk's tree to outDir, when set.
@@ -48,6 +50,7 @@ func keep(name string, b []byte) {
 func main() {
 	walks := flag.Int("walks", 10, "walks with deskfarm's walker")
 	oldWalks := flag.Int("old-walks", 4, "walks with the pyatspi walk in the guest")
+	flag.IntVar(&busWalks, "bus-walks", 0, "walks with deskfarm's walker asking every application through the bus daemon (atspi.Options.BusOnly), alternating with the others on the same scene")
 	flag.StringVar(&outDir, "out", "", "a directory to write the last tree of each walk to (deskfarm.xml, pyatspi.xml), to compare them")
 	flag.Parse()
 	if err := run(*walks, *oldWalks); err != nil {
@@ -165,21 +168,41 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 	fmt.Fprintf(os.Stderr, "scene up %v after the VM\n", time.Since(start).Round(time.Second))
 	time.Sleep(10 * time.Second) // let the apps settle
 
-	var ours, old []time.Duration
-	var last atspi.Stats
-	var oursNodes, oldNodes int
-	for i := 0; i < max(walks, oldWalks); i++ {
-		if i < walks {
-			t0 := time.Now()
-			out, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
-			if err != nil {
-				return fmt.Errorf("walk %d: %w", i, err)
+	// series are the walks of one kind of deskfarm's walker.
+	type series struct {
+		name, file string
+		opts       atspi.Options
+		d          []time.Duration
+		last       atspi.Stats
+		nodes      int
+	}
+	walk := func(s *series, i int) error {
+		t0 := time.Now()
+		out, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, s.opts)
+		if err != nil {
+			return fmt.Errorf("%s %d: %w", s.name, i, err)
+		}
+		d := time.Since(t0)
+		s.last = st
+		keep(s.file, out)
+		s.d, s.nodes = append(s.d, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
+		fmt.Fprintf(os.Stderr, "%s %d: %v, %d nodes, %d bytes, %d cells on screen without their box\n", s.name, i, d.Round(time.Millisecond), s.nodes, len(out), bareCells(out))
+		return nil
+	}
+	direct := &series{name: "deskfarm walk", file: "deskfarm.xml"}
+	viaBus := &series{name: "bus-only walk", file: "bus.xml", opts: atspi.Options{BusOnly: true}}
+	var old []time.Duration
+	var oldNodes int
+	for i := 0; i < max(walks, oldWalks, busWalks); i++ {
+		if i < busWalks {
+			if err := walk(viaBus, i); err != nil {
+				return err
 			}
-			d := time.Since(t0)
-			last = st
-			keep("deskfarm.xml", out)
-			ours, oursNodes = append(ours, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
-			fmt.Fprintf(os.Stderr, "deskfarm walk %d: %v, %d nodes, %d bytes, %d cells on screen without their box\n", i, d.Round(time.Millisecond), oursNodes, len(out), bareCells(out))
+		}
+		if i < walks {
+			if err := walk(direct, i); err != nil {
+				return err
+			}
 		}
 		if i < oldWalks {
 			t0 := time.Now()
@@ -198,19 +221,30 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 		}
 	}
 	fmt.Printf("| accessibility tree, osworld image (%s, 2 vCPU, 1920x1080): Chromium on a page, Calc with a sheet, gnome-terminal | walks | p50 | p95 | nodes |\n|---|---|---|---|---|\n", vm.Accel)
-	fmt.Printf("| deskfarm: Go walk on the host over the accessibility port | %d | %s | %s | %d |\n", len(ours), stats.MS(stats.Pct(ours, 50)), stats.MS(stats.Pct(ours, 95)), oursNodes)
+	fmt.Printf("| deskfarm: Go walk on the host over the accessibility port | %d | %s | %s | %d |\n", len(direct.d), stats.MS(stats.Pct(direct.d, 50)), stats.MS(stats.Pct(direct.d, 95)), direct.nodes)
 	fmt.Printf("| before: pyatspi walk in the guest (as OSWorld's server) | %d | %s | %s | %d |\n", len(old), stats.MS(stats.Pct(old, 50)), stats.MS(stats.Pct(old, 95)), oldNodes)
-	fmt.Printf("\nratio (before / deskfarm, p50): %s\n", stats.Ratio(old, ours))
-	fmt.Printf("\ndeskfarm's last walk by application (%d calls in all):\n\n| application | nodes (from its cache) | calls | walk | of which a Calc sheet's scan (cells kept) |\n|---|---|---|---|---|\n", last.Calls)
-	for _, a := range last.PerApp {
+	if len(viaBus.d) > 0 {
+		fmt.Printf("| deskfarm, every application through the bus daemon (BusOnly) | %d | %s | %s | %d |\n", len(viaBus.d), stats.MS(stats.Pct(viaBus.d, 50)), stats.MS(stats.Pct(viaBus.d, 95)), viaBus.nodes)
+		fmt.Printf("\nratio (bus only / deskfarm, p50): %s\n", stats.Ratio(viaBus.d, direct.d))
+		for _, a := range viaBus.last.PerApp {
+			fmt.Printf("bus-only walk, %s: %d nodes, %d calls, %s\n", a.Name, a.Nodes, a.Calls, stats.MS(a.Walk))
+		}
+	}
+	fmt.Printf("\nratio (before / deskfarm, p50): %s\n", stats.Ratio(old, direct.d))
+	fmt.Printf("\ndeskfarm's last walk by application (%d calls in all):\n\n| application | nodes (from its cache) | calls | asked on | walk | of which a Calc sheet's scan (cells kept) |\n|---|---|---|---|---|---|\n", direct.last.Calls)
+	for _, a := range direct.last.PerApp {
 		scan := ""
 		if a.CalcCells > 0 {
 			scan = fmt.Sprintf("%s (%d)", stats.MS(a.CalcScan), a.CalcCells)
 		}
-		fmt.Printf("| %s | %d (%d) | %d | %s | %s |\n", a.Name, a.Nodes, a.FromCache, a.Calls, stats.MS(a.Walk), scan)
+		on := "the bus"
+		if a.Peer {
+			on = "its own socket"
+		}
+		fmt.Printf("| %s | %d (%d) | %d | %s | %s | %s |\n", a.Name, a.Nodes, a.FromCache, a.Calls, on, stats.MS(a.Walk), scan)
 	}
 	fmt.Printf("\nThe same walk's calls by method:\n\n| application | calls by method, most first |\n|---|---|\n")
-	for _, a := range last.PerApp {
+	for _, a := range direct.last.PerApp {
 		fmt.Printf("| %s | %s |\n", a.Name, byCount(a.Methods))
 	}
 	return nil
