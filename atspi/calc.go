@@ -30,7 +30,7 @@ func (a *appWalk) calcCells(ctx context.Context, t *item) []*item {
 	}
 	sc := &calcScanner{a: a, t: t, ncols: ncols, total: total}
 	t0 := time.Now()
-	defer func() { a.st.CalcScan += time.Since(t0) }()
+	defer func() { a.mu.Lock(); a.st.CalcScan += time.Since(t0); a.mu.Unlock() }()
 	var out []*item
 	// The first showing row, scanned as OSWorld does.
 	r, base := 0, int64(0)
@@ -153,7 +153,9 @@ func (sc *calcScanner) probe(ctx context.Context, i0 int64, n int) []*item {
 // 3 calls a cell fewer, about a tenth of LibreOffice's calls in a walk of
 // the bench scene. A cell that fails is left out.
 func (a *appWalk) withBasics(ctx context.Context, cells []*item) []*item {
+	a.mu.Lock()
 	a.st.CalcCells += len(cells)
+	a.mu.Unlock()
 	var proto *item
 	for i, c := range cells {
 		full, err := a.basics(ctx, c.ref)

@@ -273,11 +273,12 @@ type appWalk struct {
 	// actionNames maps the application's localized action names to
 	// their names (GetName).
 	actionNames sync.Map
-	// vclMenus: the application is LibreOffice, whose menus' Value
-	// bounds are the same for every item of a role (menuBounds).
+	// vclMenus: the application is LibreOffice, whose menu objects of
+	// one role share their Value bounds and their action's name
+	// (menuBounds, menuAction).
 	vclMenus bool
-	boundsMu sync.Mutex
-	byRole   map[string]*roleBounds
+	roleMu   sync.Mutex
+	byRole   map[string]*roleFact
 
 	items map[dbus.ObjectPath]*item
 	kids  map[dbus.ObjectPath][]*item
@@ -607,7 +608,9 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 	}
 	n := &Node{Role: role, Name: it.name, States: it.stateNames()}
 	x := &walked{n, it}
+	a.mu.Lock()
 	a.all = append(a.all, x)
+	a.mu.Unlock()
 	// Its details are asked now, beside the rest of the build, not after
 	// it: an object the application's cache does not hold (a Calc cell, a
 	// menu item, much of a page) lives only 15 s after its reference was
@@ -632,9 +635,27 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 	} else {
 		kids = a.children(ctx, it)
 	}
-	for _, k := range kids {
-		if k != nil {
-			n.Children = append(n.Children, a.build(ctx, k, depth+1, flag))
+	// Siblings are built at once: a subtree the cache lacks costs a
+	// round trip per level (its child count, its children, their
+	// basics), and one after the other those waits added up to most of
+	// a walk of LibreOffice's menus. The calls still go 64 at a time
+	// (inFlight); the children keep their order.
+	built := make([]*Node, len(kids))
+	var wg sync.WaitGroup
+	for i, k := range kids {
+		if k == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			built[i] = a.build(ctx, k, depth+1, flag)
+		}()
+	}
+	wg.Wait()
+	for _, c := range built {
+		if c != nil {
+			n.Children = append(n.Children, c)
 		}
 	}
 	return n
@@ -703,6 +724,10 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 			// localized names are "" and LibreOffice's did not repeat,
 			// so each of their actions was asked: 1,232 and 757 calls
 			// there (a single flight per name changed neither).
+			if len(actions) == 1 && actions[0].Name == "" && a.vclMenus && vclMenuRoles[n.Role] {
+				actions[0].Name, _ = a.menuAction(ctx, n.Role, it.ref)
+				return
+			}
 			var wg sync.WaitGroup
 			for i := range actions {
 				if n, ok := a.actionNames.Load(actions[i].Name); ok && actions[i].Name != "" {
@@ -785,53 +810,79 @@ var vclMenuRoles = map[string]bool{"menu item": true, "check menu item": true, "
 // accessibility/source/standard/vclxaccessiblemenuitem.cxx). Each item is
 // still asked its current value (selected or not). In the bench scene
 // (docs/benchmarks.md) all 662 such objects answered 1.0, 0.0 and 0.0;
-// asking each was 3 calls an item, a sixth of LibreOffice's calls. When
-// the first did not answer all three, each object is asked its own.
+// asking each was 3 calls an item, a sixth of LibreOffice's calls. Nil
+// when the walk ends first.
 func (a *appWalk) menuBounds(ctx context.Context, role string, r objRef) *[3]float64 {
-	a.boundsMu.Lock()
+	v, _ := a.perRole(ctx, "bounds "+role, func() (any, bool) {
+		b := new([3]float64)
+		var wg sync.WaitGroup
+		for i, p := range valueProps[1:] {
+			wg.Add(1)
+			go func() { defer wg.Done(); b[i] = a.valueProp(ctx, r, p[1]) }()
+		}
+		wg.Wait()
+		return b, !math.IsNaN(b[0]) && !math.IsNaN(b[1]) && !math.IsNaN(b[2])
+	})
+	b, _ := v.(*[3]float64)
+	return b
+}
+
+// menuAction is the name of the one action of LibreOffice's menu objects
+// of role, asked of the first one and taken by the rest.
+// VCLXAccessibleMenuItem has one action, whose description is a constant
+// (RID_STR_ACC_ACTION_SELECT, vclxaccessiblemenuitem.cxx), and LibreOffice's
+// ATK wrapper names an action by its description, its localized name being
+// always "" (vcl/unx/gtk3/a11y/atkaction.cxx); so each was asked, 662 calls
+// in the bench scene.
+func (a *appWalk) menuAction(ctx context.Context, role string, r objRef) (string, bool) {
+	v, ok := a.perRole(ctx, "action "+role, func() (any, bool) {
+		var s string
+		err := a.call(ctx, r, ifAction+".GetName", []any{int32(0)}, &s)
+		return s, err == nil
+	})
+	s, _ := v.(string)
+	return s, ok
+}
+
+// perRole answers a fact the same for every object of a role: the first
+// to ask computes it with ask and the others wait for it. When the first
+// could not (ask's false), each asks its own. False when the walk ended
+// first, or ask failed.
+func (a *appWalk) perRole(ctx context.Context, key string, ask func() (any, bool)) (any, bool) {
+	a.roleMu.Lock()
 	if a.byRole == nil {
-		a.byRole = map[string]*roleBounds{}
+		a.byRole = map[string]*roleFact{}
 	}
-	e := a.byRole[role]
+	e := a.byRole[key]
 	first := e == nil
 	if first {
 		// The others of the role wait for the first: their details
 		// are asked all at once as the menus are built.
-		e = &roleBounds{done: make(chan struct{})}
-		a.byRole[role] = e
+		e = &roleFact{done: make(chan struct{})}
+		a.byRole[key] = e
 	}
-	a.boundsMu.Unlock()
+	a.roleMu.Unlock()
 	if !first {
 		select {
 		case <-e.done:
 		case <-ctx.Done():
-			return nil
+			return nil, false
 		}
-		if e.b != nil {
-			return e.b
+		if e.ok {
+			return e.v, true
 		}
+		return ask()
 	}
-	b := new([3]float64)
-	var wg sync.WaitGroup
-	for i, p := range valueProps[1:] {
-		wg.Add(1)
-		go func() { defer wg.Done(); b[i] = a.valueProp(ctx, r, p[1]) }()
-	}
-	wg.Wait()
-	if first {
-		if !math.IsNaN(b[0]) && !math.IsNaN(b[1]) && !math.IsNaN(b[2]) {
-			e.b = b
-		}
-		close(e.done)
-	}
-	return b
+	e.v, e.ok = ask()
+	close(e.done)
+	return e.v, e.ok
 }
 
-// roleBounds are the Value bounds of a role's objects, once the first has
-// answered them all (b nil if it did not).
-type roleBounds struct {
+// roleFact is a fact of a role's objects, once the first has answered it.
+type roleFact struct {
 	done chan struct{}
-	b    *[3]float64
+	v    any
+	ok   bool
 }
 
 // valueProps are the Value properties OSWorld's XML carries, by their
