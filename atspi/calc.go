@@ -171,13 +171,7 @@ func (a *appWalk) withBasics(ctx context.Context, cells []*item) []*item {
 	}
 	var bounds *[3]float64
 	if a.w.mode == ModeOSWorld && proto.hasIface(ifValue) {
-		bounds = new([3]float64)
-		var wg sync.WaitGroup
-		for i, p := range valueProps[1:] {
-			wg.Add(1)
-			go func() { defer wg.Done(); bounds[i] = a.valueProp(ctx, proto.ref, p[1]) }()
-		}
-		wg.Wait()
+		bounds = a.valueBounds(ctx, proto.ref)
 		proto.bounds = bounds
 	}
 	var wg sync.WaitGroup

@@ -150,6 +150,19 @@ func (a *appWalk) valueProp(ctx context.Context, r objRef, prop string) float64 
 	return math.NaN()
 }
 
+// valueBounds are r's Value minimum, maximum and increment, asked at once
+// (NaN for one it does not answer).
+func (a *appWalk) valueBounds(ctx context.Context, r objRef) *[3]float64 {
+	b := new([3]float64)
+	var wg sync.WaitGroup
+	for i, p := range valueProps[1:] {
+		wg.Add(1)
+		go func() { defer wg.Done(); b[i] = a.valueProp(ctx, r, p[1]) }()
+	}
+	wg.Wait()
+	return b
+}
+
 // valueProps are the Value properties OSWorld's XML carries, by their
 // attribute names: the current value first, then the bounds.
 var valueProps = [...][2]string{{"value", "CurrentValue"}, {"min", "MinimumValue"}, {"max", "MaximumValue"}, {"step", "MinimumIncrement"}}

@@ -3,11 +3,11 @@ package atspi
 import (
 	"context"
 	"math"
-	"sync"
 )
 
 // LibreOffice's menu objects: facts that are constants of their class,
 // asked of the first object of a role and shared by the rest of the walk.
+
 // vclMenuRoles are the roles of LibreOffice's menu objects: its menu
 // items, their check and radio kinds, and the menus (VCLXAccessibleMenu,
 // VCLXAccessibleMenuItem's subclass). Toolbar buttons, which answer the same
@@ -26,13 +26,7 @@ var vclMenuRoles = map[string]bool{"menu item": true, "check menu item": true, "
 // when the walk ends first.
 func (a *appWalk) menuBounds(ctx context.Context, role string, r objRef) *[3]float64 {
 	v, _ := a.perRole(ctx, "bounds "+role, func() (any, bool) {
-		b := new([3]float64)
-		var wg sync.WaitGroup
-		for i, p := range valueProps[1:] {
-			wg.Add(1)
-			go func() { defer wg.Done(); b[i] = a.valueProp(ctx, r, p[1]) }()
-		}
-		wg.Wait()
+		b := a.valueBounds(ctx, r)
 		return b, !math.IsNaN(b[0]) && !math.IsNaN(b[1]) && !math.IsNaN(b[2])
 	})
 	b, _ := v.(*[3]float64)
