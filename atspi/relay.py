@@ -169,7 +169,12 @@ def main():
                     break
                 payload, buf = buf[HEADER.size:HEADER.size + n], buf[HEADER.size + n:]
                 if kind == b"D" and chan in chans:
-                    chans[chan].sendall(payload)
+                    try:
+                        chans[chan].sendall(payload)
+                    except OSError as e:
+                        # An application that went away ends its
+                        # channel, not the walk.
+                        close(chan, "write: %s" % e)
                 elif kind == b"O" and chan not in chans and chan != 0:
                     try:
                         s = peer_socket(os.fsdecode(payload))
