@@ -110,6 +110,11 @@ type Options struct {
 	// its own socket: the walk as it was before the port had channels
 	// (bench/a11y's side by side).
 	BusOnly bool
+	// AskDerived asks each object what the walk otherwise derives from
+	// its class and its other facts: the attributes and current value of
+	// LibreOffice's menu objects (menus.go) and the names of Calc's cells
+	// (calc.go). The trees are the same; bench/a11y compares the two.
+	AskDerived bool
 }
 
 // ReadStats is Read with opts, and with what the walk asked and how long
@@ -122,7 +127,7 @@ func ReadStats(ctx context.Context, g Guest, vm string, m Mode, opts Options) ([
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, Timeout, fmt.Errorf("the accessibility walk did not finish within %s: %w", Timeout, vmm.ErrTimeout))
 	defer cancel()
-	root, st, err := walkVM(ctx, g, vm, m, !opts.BusOnly)
+	root, st, err := walkVM(ctx, g, vm, m, opts)
 	if err != nil {
 		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
 			err = c
@@ -149,7 +154,7 @@ func ReadStats(ctx context.Context, g Guest, vm string, m Mode, opts Options) ([
 }
 
 // walkVM connects to vm's port, starts the relay, and walks.
-func walkVM(ctx context.Context, g Guest, vm string, m Mode, direct bool) (*Node, Stats, error) {
+func walkVM(ctx context.Context, g Guest, vm string, m Mode, opts Options) (*Node, Stats, error) {
 	conn, err := g.DialA11y(ctx, vm)
 	if err != nil {
 		return nil, Stats{}, err
@@ -241,10 +246,10 @@ func walkVM(ctx context.Context, g Guest, vm string, m Mode, direct bool) (*Node
 		}
 		return authPeer(ctx, ch, uid)
 	}
-	if !direct {
+	if opts.BusOnly {
 		peers = nil
 	}
-	return Walk(ctx, bus, m, peers)
+	return walk(ctx, bus, m, peers, opts.AskDerived)
 }
 
 // authPeer makes a D-Bus connection on an application's socket: the

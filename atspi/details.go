@@ -30,8 +30,21 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f() }()
 	}
+	// LibreOffice's menu objects (the Value interface tells them from the
+	// GTK menu items of its sidebar, which have none) share the facts of
+	// their class: menus.go.
+	vclMenu := a.vclMenus && vclMenuRoles[n.Role] && it.hasIface(ifValue)
+	derive := vclMenu && !a.w.askDerived
 	if full {
-		do(func() { _ = a.call(ctx, it.ref, ifAccessible+".GetAttributes", nil, &attrs) })
+		do(func() {
+			if derive {
+				if m, ok := a.menuAttrs(ctx, n.Role, it.ref); ok {
+					attrs = m
+					return
+				}
+			}
+			_ = a.call(ctx, it.ref, ifAccessible+".GetAttributes", nil, &attrs)
+		})
 	}
 	if n.has("visible") && n.has("showing") && it.hasIface(ifComponent) && a.w.mode != ModeTerminal {
 		do(func() {
@@ -51,7 +64,7 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		})
 	}
 	if full && it.hasIface(ifValue) {
-		if it.bounds == nil && a.vclMenus && vclMenuRoles[n.Role] {
+		if it.bounds == nil && vclMenu {
 			it.bounds = a.menuBounds(ctx, n.Role, it.ref)
 		}
 		// One Get per property, never GetAll (see basics).
@@ -59,6 +72,10 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		for i, p := range valueProps {
 			if i > 0 && it.bounds != nil {
 				value[i] = it.bounds[i-1]
+				continue
+			}
+			if i == 0 && derive {
+				do(func() { value[0] = a.menuValue(ctx, n, it.ref) })
 				continue
 			}
 			do(func() { value[i] = a.valueProp(ctx, it.ref, p[1]) })
@@ -78,7 +95,7 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 			// localized names are "" and LibreOffice's did not repeat,
 			// so each of their actions was asked: 1,232 and 757 calls
 			// there (a single flight per name changed neither).
-			if len(actions) == 1 && actions[0].Name == "" && a.vclMenus && vclMenuRoles[n.Role] {
+			if len(actions) == 1 && actions[0].Name == "" && vclMenu {
 				actions[0].Name, _ = a.menuAction(ctx, n.Role, it.ref)
 				return
 			}

@@ -173,7 +173,13 @@ type Peers func(ctx context.Context, addr string) (*dbus.Conn, error)
 // a socket of its own is asked there, past the bus daemon. An application
 // that does not answer is left out or cut short, never the walk.
 func Walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers) (*Node, Stats, error) {
-	w := &walker{conn: conn, mode: mode, peers: peers}
+	return walk(ctx, conn, mode, peers, false)
+}
+
+// walk is Walk, asking what it otherwise derives when askDerived
+// (Options.AskDerived).
+func walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers, askDerived bool) (*Node, Stats, error) {
+	w := &walker{conn: conn, mode: mode, peers: peers, askDerived: askDerived}
 	// An application's bridge (at-spi2-atk) makes its cache only once some
 	// client listens for events, as screen readers and libatspi do: one
 	// rare event, so the walk gets the cache without the applications
@@ -210,11 +216,12 @@ func Walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers) (*Node, 
 }
 
 type walker struct {
-	conn  *dbus.Conn
-	peers Peers
-	mode  Mode
-	calls atomic.Int64
-	built atomic.Int64 // nodes, against MaxNodes
+	conn       *dbus.Conn
+	peers      Peers
+	mode       Mode
+	askDerived bool
+	calls      atomic.Int64
+	built      atomic.Int64 // nodes, against MaxNodes
 
 	perApp []AppStats
 

@@ -78,3 +78,31 @@ func TestPerRole(t *testing.T) {
 		t.Error("a cancelled walk got a fact")
 	}
 }
+
+// A Calc cell's name is its address, as ScAccessibleCell gives it: the
+// column's letters past Z and the row from 1, for a sheet of 16,384
+// columns (LibreOffice 7.4) and of 1,024 (older), as the bench scene's
+// cells are named (A1, P25).
+func TestCellName(t *testing.T) {
+	for _, c := range []struct {
+		index, ncols int64
+		want         string
+	}{
+		{0, 16384, "A1"},
+		{15, 16384, "P1"},
+		{24*16384 + 15, 16384, "P25"},
+		{25, 16384, "Z1"},
+		{26, 16384, "AA1"},
+		{701, 16384, "ZZ1"},
+		{702, 16384, "AAA1"},
+		{16383, 16384, "XFD1"},
+		{1048575*16384 + 16383, 16384, "XFD1048576"},
+		{1024 + 1023, 1024, "AMJ2"},
+		{-1, 16384, ""},
+		{5, 0, ""},
+	} {
+		if got := cellName(c.index, c.ncols); got != c.want {
+			t.Errorf("cellName(%d, %d) = %q, want %q", c.index, c.ncols, got, c.want)
+		}
+	}
+}

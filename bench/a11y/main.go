@@ -8,7 +8,7 @@
 // load. It prints a Markdown table with p50, p95, the tree's size and the
 // ratio.
 //
-//	go run ./bench/a11y [-walks 10] [-old-walks 4]
+//	go run ./bench/a11y [-walks 10] [-old-walks 4] [-bus-walks N] [-asked-walks N] [-top] [-out DIR]
 package main
 
 import (
@@ -36,9 +36,11 @@ var oldWalk []byte
 
 const stateDir = farm.DefaultStateDir + "-a11y"
 
-var busWalks int
+var busWalks, askedWalks int
 
 var outDir string
+
+var topWalk bool
 
 // keep writes a walk's tree to outDir, when set.
 func keep(name string, b []byte) {
@@ -51,6 +53,8 @@ func main() {
 	walks := flag.Int("walks", 10, "walks with deskfarm's walker")
 	oldWalks := flag.Int("old-walks", 4, "walks with the pyatspi walk in the guest")
 	flag.IntVar(&busWalks, "bus-walks", 0, "walks with deskfarm's walker asking every application through the bus daemon (atspi.Options.BusOnly), alternating with the others on the same scene")
+	flag.BoolVar(&topWalk, "top", false, "print the guest's top (4 samples, 4 s apart) during each kind's second walk")
+	flag.IntVar(&askedWalks, "asked-walks", 0, "walks with deskfarm's walker asking each object what it otherwise derives (atspi.Options.AskDerived), alternating with the others on the same scene")
 	flag.StringVar(&outDir, "out", "", "a directory to write the last tree of each walk to (deskfarm.xml, pyatspi.xml), to compare them")
 	flag.Parse()
 	if err := run(*walks, *oldWalks); err != nil {
@@ -177,6 +181,15 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 		nodes      int
 	}
 	walk := func(s *series, i int) error {
+		if topWalk && i == 1 {
+			// The guest's processes during this walk: who spends the vCPUs.
+			go func() {
+				res, err := guestx.Run(ctx, m, vm.ID, guestx.Cmd{Shell: "top -b -d 4 -n 4 -w 180 | grep -v ' 0.0 .* 0:' ", Timeout: time.Minute})
+				if err == nil {
+					fmt.Fprintf(os.Stderr, "guest top during %s %d:\n%s\n", s.name, i, res.Stdout)
+				}
+			}()
+		}
 		t0 := time.Now()
 		out, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, s.opts)
 		if err != nil {
@@ -191,11 +204,17 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 	}
 	direct := &series{name: "deskfarm walk", file: "deskfarm.xml"}
 	viaBus := &series{name: "bus-only walk", file: "bus.xml", opts: atspi.Options{BusOnly: true}}
+	asked := &series{name: "asked walk", file: "asked.xml", opts: atspi.Options{AskDerived: true}}
 	var old []time.Duration
 	var oldNodes int
-	for i := 0; i < max(walks, oldWalks, busWalks); i++ {
+	for i := 0; i < max(walks, oldWalks, busWalks, askedWalks); i++ {
 		if i < busWalks {
 			if err := walk(viaBus, i); err != nil {
+				return err
+			}
+		}
+		if i < askedWalks {
+			if err := walk(asked, i); err != nil {
 				return err
 			}
 		}
@@ -228,6 +247,13 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 		fmt.Printf("\nratio (bus only / deskfarm, p50): %s\n", stats.Ratio(viaBus.d, direct.d))
 		for _, a := range viaBus.last.PerApp {
 			fmt.Printf("bus-only walk, %s: %d nodes, %d calls, %s\n", a.Name, a.Nodes, a.Calls, stats.MS(a.Walk))
+		}
+	}
+	if len(asked.d) > 0 {
+		fmt.Printf("| deskfarm, each object asked what is otherwise derived (AskDerived) | %d | %s | %s | %d |\n", len(asked.d), stats.MS(stats.Pct(asked.d, 50)), stats.MS(stats.Pct(asked.d, 95)), asked.nodes)
+		fmt.Printf("\nratio (asked / deskfarm, p50): %s\n", stats.Ratio(asked.d, direct.d))
+		for _, a := range asked.last.PerApp {
+			fmt.Printf("asked walk, %s: %d nodes, %d calls, %s\n", a.Name, a.Nodes, a.Calls, stats.MS(a.Walk))
 		}
 	}
 	fmt.Printf("\nratio (before / deskfarm, p50): %s\n", stats.Ratio(old, direct.d))
