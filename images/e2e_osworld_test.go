@@ -3,6 +3,7 @@ package images_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -340,7 +341,7 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	// details late lost some (package atspi, walk.go).
 	must("wmctrl -a 'LibreOffice Calc'")
 	began := time.Now()
-	xmlTree, err := atspi.Read(ctx, m, vm.ID, atspi.ModeOSWorld)
+	xmlTree, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
 	if err != nil {
 		t.Fatalf("OSWorld's accessibility tree: %v", err)
 	}
@@ -359,12 +360,81 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 		t.Fatalf("%d cells on screen (want Calc's sheet, 100 or more), %d without their box or value, e.g. %v", cells, len(bare), bare[:min(len(bare), 3)])
 	}
 
+	// What the walk derives of LibreOffice's objects from its classes
+	// (atspi's menus.go and calc.go: the menu objects' values and
+	// attributes, the cells' names) is what each answers when asked.
+	asked, ast, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{AskDerived: true})
+	if err != nil {
+		t.Fatalf("OSWorld's accessibility tree, every object asked: %v", err)
+	}
+	got, want := libreOfficeFacts(xmlTree), libreOfficeFacts(asked)
+	if len(want) < cells+100 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("LibreOffice's menu values and attributes and cell names, derived (%d) and asked (%d), differ or are too few:\n%s", len(got), len(want), firstDiff(got, want))
+	}
+	t.Logf("LibreOffice's derived facts: %d, the same when asked; its calls deriving %d, asking %d", len(got), appCalls(st, "soffice"), appCalls(ast, "soffice"))
+	if d, a := appCalls(st, "soffice"), appCalls(ast, "soffice"); a-d < cells {
+		t.Fatalf("LibreOffice was asked %d calls deriving and %d asking: want at least a call per cell (%d) fewer", d, a, cells)
+	}
+
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Destroy(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// libreOfficeFacts lists, from OSWorld's XML, what atspi derives of
+// LibreOffice's objects: each menu object's role, name, value and
+// attributes, and each cell's name, in tree order.
+func libreOfficeFacts(tree []byte) []string {
+	s := string(tree)
+	i := strings.Index(s, `<application name="soffice"`)
+	if i < 0 {
+		return nil
+	}
+	s = s[i+1:]
+	if j := strings.Index(s, "<application "); j >= 0 {
+		s = s[:j]
+	}
+	attr := regexp.MustCompile(`(name|val:value|attr:[^=]*)="[^"]*"`)
+	var out []string
+	for _, tag := range regexp.MustCompile(`<(menu-item|check-menu-item|radio-menu-item|menu|table-cell) [^>]*>`).FindAllString(s, -1) {
+		role := tag[1:strings.IndexByte(tag, ' ')]
+		if role == "table-cell" {
+			out = append(out, role+" "+attr.FindString(tag))
+			continue
+		}
+		out = append(out, role+" "+strings.Join(attr.FindAllString(tag, -1), " "))
+	}
+	return out
+}
+
+// firstDiff shows where two lists first differ.
+func firstDiff(got, want []string) string {
+	for i := range max(len(got), len(want)) {
+		g, w := "(none)", "(none)"
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			return fmt.Sprintf("at %d: derived %s, asked %s", i, g, w)
+		}
+	}
+	return "the same"
+}
+
+// appCalls is how many calls the walk made to the application named name.
+func appCalls(st atspi.Stats, name string) int {
+	for _, a := range st.PerApp {
+		if a.Name == name {
+			return a.Calls
+		}
+	}
+	return 0
 }
 
 // TestE2EOSWorldVSCode starts VS Code in the osworld image as OSWorld's
