@@ -65,6 +65,7 @@ const (
 	CodeAgentError            = "agent_error"            // the guest agent failed
 	CodeTimeout               = "timeout"                // the operation ran out of time
 	CodeVMDead                = "vm_dead"                // the VM's QEMU died
+	CodeHypervisorDown        = "hypervisor_unavailable" // libvirtd does not answer (GET /healthz); the farm is reconnecting
 	CodeUnauthorized          = "unauthorized"           // missing or wrong token
 	CodeForbidden             = "forbidden"              // a control token that is not (or no longer) valid
 	CodeMethodNotAllowed      = "method_not_allowed"     // the route has no such method
@@ -132,6 +133,7 @@ var statuses = map[string]int{
 	CodeAgentError:            http.StatusBadGateway,
 	CodeTimeout:               http.StatusGatewayTimeout,
 	CodeVMDead:                http.StatusGone,
+	CodeHypervisorDown:        http.StatusServiceUnavailable,
 	CodeUnauthorized:          http.StatusUnauthorized,
 	CodeForbidden:             http.StatusForbidden,
 	CodeMethodNotAllowed:      http.StatusMethodNotAllowed,

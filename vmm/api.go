@@ -115,4 +115,7 @@ type Farm interface {
 	SetLabel(ctx context.Context, id, key, value string) error
 	// DialA11y connects to a VM's accessibility port (Manager.DialA11y).
 	DialA11y(ctx context.Context, id string) (net.Conn, error)
+	// Health is nil while the farm can reach its hypervisor
+	// (Manager.Health).
+	Health() error
 }

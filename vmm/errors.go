@@ -1,6 +1,10 @@
 package vmm
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Sentinel errors. Callers test them with errors.Is; every returned error
 // wraps one of these (or a libvirt/agent error) with the operation and the VM.
@@ -27,4 +31,31 @@ var (
 	ErrTimeout = errors.New("timed out")
 	// ErrDead means the VM's QEMU process is gone.
 	ErrDead = errors.New("vm process died")
+	// ErrHypervisorDown means libvirtd does not answer: the farm redials
+	// it, and calls on VMs wait for it within their own deadlines.
+	ErrHypervisorDown = errors.New("hypervisor unavailable")
 )
+
+// HypervisorDownError is Manager.Health's answer while libvirtd is gone:
+// since when, and why the last dial failed. It wraps ErrHypervisorDown.
+type HypervisorDownError struct {
+	Socket string
+	Since  time.Time
+	Err    error // the last dial's error; nil before the first redial
+}
+
+func (e *HypervisorDownError) Error() string {
+	why := "the connection dropped"
+	if e.Err != nil {
+		why = e.Err.Error()
+	}
+	return fmt.Sprintf("libvirtd at %s has not answered for %s (%s); deskfarm is reconnecting, and calls on VMs wait for it",
+		e.Socket, time.Since(e.Since).Round(time.Second), why)
+}
+
+func (e *HypervisorDownError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrHypervisorDown}
+	}
+	return []error{ErrHypervisorDown, e.Err}
+}

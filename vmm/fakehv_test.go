@@ -576,6 +576,8 @@ func (f *fakeHV) domainNames() []string {
 // capabilities is what libvirt 9.0 on this Debian 12 host (no AppArmor,
 // no SELinux) lists as security models, cut to that part; secmodel is set by
 // a test to play another host.
+func (f *fakeHV) health() error { return nil }
+
 func (f *fakeHV) capabilities(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -54,6 +54,9 @@ type hypervisor interface {
 	hostInfo(ctx context.Context) (memKiB uint64, cpus int, err error)
 	// capabilities returns libvirt's capabilities XML (virConnectGetCapabilities).
 	capabilities(ctx context.Context) (string, error)
+	// health is nil while the connection is up, and a
+	// *HypervisorDownError while it is being redialled.
+	health() error
 	// events delivers the lifecycle events of every domain, and a
 	// domainEvent with Resync set after each reconnect: events may have been
 	// missed while the connection was down. It is closed by close.
@@ -105,6 +108,10 @@ type libvirtConn struct {
 	mu sync.Mutex
 	l  *libvirt.Libvirt // nil while (re)dialling
 	up chan struct{}    // closed while l is set; replaced when l drops
+	// downSince is when l dropped (zero while up), dialErr the last
+	// redial's failure: health's answer.
+	downSince time.Time
+	dialErr   error
 
 	// agentEvs: l delivers agent lifecycle events; agentSubs are their
 	// subscribers, all ended when l drops.
@@ -203,6 +210,7 @@ func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 	c.mu.Lock()
 	c.l = l
 	c.agentEvs = aevs != nil
+	c.downSince, c.dialErr = time.Time{}, nil
 	close(c.up)
 	c.mu.Unlock()
 	if reconnected {
@@ -213,6 +221,7 @@ func (c *libvirtConn) serve(l *libvirt.Libvirt, reconnected bool) {
 		c.mu.Lock()
 		c.l = nil
 		c.agentEvs = false
+		c.downSince = time.Now()
 		c.up = make(chan struct{})
 		// Events missed while down cannot be delivered: subscribers see
 		// their channel closed.
@@ -303,6 +312,9 @@ func (c *libvirtConn) redial(wait time.Duration) *libvirt.Libvirt {
 			return l
 		}
 		c.log.Debug("redial libvirtd failed", "op", "libvirt-connect", "err", err, "retry_in", delay)
+		c.mu.Lock()
+		c.dialErr = err
+		c.mu.Unlock()
 		wait = delay
 		delay = min(delay*2, redialMax)
 	}
@@ -331,6 +343,15 @@ func (c *libvirtConn) client(ctx context.Context) (*libvirt.Libvirt, error) {
 }
 
 func (c *libvirtConn) events() <-chan domainEvent { return c.evs }
+
+func (c *libvirtConn) health() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.l != nil || c.downSince.IsZero() {
+		return nil
+	}
+	return &HypervisorDownError{Socket: c.socket, Since: c.downSince, Err: c.dialErr}
+}
 
 func (c *libvirtConn) close() error {
 	c.once.Do(func() { close(c.done) })

@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +24,9 @@ type libvirtProxy struct {
 	// dropNext: the next bytes a client sends are dropped with its
 	// connection, as if libvirtd died as the call arrived.
 	dropNext bool
+	// refuse: new connections are closed at once, as while libvirtd is
+	// down.
+	refuse bool
 }
 
 func startLibvirtProxy(t *testing.T, target string) (string, *libvirtProxy) {
@@ -39,6 +43,13 @@ func startLibvirtProxy(t *testing.T, target string) (string, *libvirtProxy) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			refuse := p.refuse
+			p.mu.Unlock()
+			if refuse {
+				c.Close()
+				continue
 			}
 			up, err := net.Dial("unix", target)
 			if err != nil {
@@ -175,6 +186,40 @@ func TestE2ELibvirtReconnect(t *testing.T) {
 	_, err = c.defineDomain(ctx, "<domain/>")
 	if err == nil || !strings.Contains(err.Error(), "not retried") {
 		t.Fatalf("non-idempotent call lost with the connection: %v, want an error saying it was not retried", err)
+	}
+
+	// While libvirtd cannot be reached, Health says since when and why;
+	// once it can, nil again.
+	if err := c.health(); err != nil {
+		t.Fatalf("health while connected: %v", err)
+	}
+	proxy.mu.Lock()
+	proxy.refuse = true
+	proxy.mu.Unlock()
+	proxy.cut()
+	var down *HypervisorDownError
+	for {
+		err := c.health()
+		if errors.As(err, &down) && down.Err != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("health while libvirtd refuses: %v, want a HypervisorDownError with the dial's error", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.health(); !errors.Is(err, ErrHypervisorDown) || !strings.Contains(err.Error(), "libvirtd at "+sock+" has not answered for") {
+		t.Fatalf("health while libvirtd refuses: %v", err)
+	}
+	t.Logf("health while libvirtd refuses: %v", c.health())
+	proxy.mu.Lock()
+	proxy.refuse = false
+	proxy.mu.Unlock()
+	if _, err := c.listDomains(ctx); err != nil {
+		t.Fatalf("call once libvirtd answers again: %v", err)
+	}
+	if err := c.health(); err != nil {
+		t.Fatalf("health once reconnected: %v", err)
 	}
 
 	// A call whose context ends while no connection is there returns then.

@@ -254,6 +254,11 @@ func newManager(ctx context.Context, cfg Config, hv hypervisor, accel string, ui
 // Accel is the accelerator new VMs use ("kvm" or "tcg").
 func (m *Manager) Accel() string { return m.accel }
 
+// Health is nil while the farm is connected to libvirtd, and a
+// *HypervisorDownError (ErrHypervisorDown) naming since when and why not
+// while it redials: what GET /healthz answers.
+func (m *Manager) Health() error { return m.hv.health() }
+
 // Close disconnects from libvirtd. VMs keep running; a new Manager adopts
 // them. The closed Manager knows no VMs any more: List is empty and every
 // id is ErrNotFound, so nothing acts on a VM another Manager may own.

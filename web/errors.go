@@ -106,6 +106,7 @@ var sentinels = []sentinel{
 	{vmm.ErrTooLarge, api.CodeTooLarge},
 	{vmm.ErrInsufficientResources, api.CodeInsufficientResources},
 	{vmm.ErrDead, api.CodeVMDead},
+	{vmm.ErrHypervisorDown, api.CodeHypervisorDown},
 	{vmm.ErrNotRunning, api.CodeNotRunning},
 	{vmm.ErrTimeout, api.CodeTimeout},
 	{vmm.ErrAgent, api.CodeAgentError},

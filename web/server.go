@@ -181,7 +181,14 @@ func (s *server) wrap(op string, h apiHandler) http.Handler {
 	})
 }
 
+// health answers 200 while the farm reaches libvirtd, and 503
+// hypervisor_unavailable, saying since when and why, while it does not: a
+// farm whose libvirtd died can neither make nor reset VMs, and a readiness
+// probe (deploy/kubernetes) or an operator should see it.
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
+	if err := s.farm.Health(); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, api.HealthResponse{Status: "ok"})
 	return nil
 }

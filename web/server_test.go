@@ -510,6 +510,22 @@ func TestRouting(t *testing.T) {
 	if w.Code != 200 || decode[HealthResponse](t, w).Status != "ok" {
 		t.Errorf("healthz: status %d, body %s", w.Code, w.Body)
 	}
+
+	// A farm whose libvirtd is gone says so, and why, until it is back.
+	h.farm.Lock()
+	h.farm.HealthErr = &vmm.HypervisorDownError{Socket: "/run/libvirt/libvirt-sock", Since: time.Now().Add(-12 * time.Second),
+		Err: errors.New("dial unix /run/libvirt/libvirt-sock: connect: connection refused")}
+	h.farm.Unlock()
+	wantError(t, h.do("GET", "/healthz", nil), 503, api.CodeHypervisorDown, "")
+	if body := h.do("GET", "/healthz", nil).Body.String(); !strings.Contains(body, "libvirtd at /run/libvirt/libvirt-sock has not answered for 12s (dial unix") {
+		t.Errorf("healthz with libvirtd gone: %s; want since when and why", body)
+	}
+	h.farm.Lock()
+	h.farm.HealthErr = nil
+	h.farm.Unlock()
+	if w = h.do("GET", "/healthz", nil); w.Code != 200 {
+		t.Errorf("healthz with libvirtd back: status %d, body %s", w.Code, w.Body)
+	}
 }
 
 func TestRequestLog(t *testing.T) {

@@ -401,7 +401,30 @@ func testLibvirtdRestart(t *testing.T, f *faultFarm) {
 	t.Cleanup(func() { f.c.EndEpisode(context.Background(), ep.ID) })
 	f.exec(t, ep.ID, 10*time.Second, "true")
 
-	restartLibvirtd(t)
+	// While libvirtd is down the farm says so on /healthz, naming it; once
+	// it is back, ok again.
+	restartLibvirtd(t, func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := f.c.Health(context.Background())
+			if api.IsCode(err, api.CodeHypervisorDown) && strings.Contains(err.Error(), "libvirtd at ") && strings.Contains(err.Error(), "HTTP 503") {
+				t.Logf("healthz with libvirtd down: %v", err)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("healthz 10 s after libvirtd stopped: %v; want %s, HTTP 503, naming libvirtd", err, api.CodeHypervisorDown)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	hdeadline := time.Now().Add(30 * time.Second)
+	for err := f.c.Health(context.Background()); err != nil; err = f.c.Health(context.Background()) {
+		if time.Now().After(hdeadline) {
+			t.Fatalf("healthz 30 s after libvirtd restarted: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 
 	// The farm reconnects in the background; give it a moment, bounded.
 	deadline := time.Now().Add(30 * time.Second)
@@ -436,11 +459,16 @@ func testLibvirtdRestart(t *testing.T, f *faultFarm) {
 	f.end(t, next.ID)
 }
 
-func restartLibvirtd(t *testing.T) {
+// restartLibvirtd stops libvirtd, runs whileDown, and starts it again.
+func restartLibvirtd(t *testing.T, whileDown func()) {
 	t.Helper()
 	if _, err := os.Stat("/run/systemd/system"); err == nil {
-		if out, err := exec.Command("systemctl", "restart", "libvirtd").CombinedOutput(); err != nil {
-			t.Fatalf("systemctl restart libvirtd: %v: %s", err, out)
+		if out, err := exec.Command("systemctl", "stop", "libvirtd").CombinedOutput(); err != nil {
+			t.Fatalf("systemctl stop libvirtd: %v: %s", err, out)
+		}
+		whileDown()
+		if out, err := exec.Command("systemctl", "start", "libvirtd").CombinedOutput(); err != nil {
+			t.Fatalf("systemctl start libvirtd: %v: %s", err, out)
 		}
 		return
 	}
@@ -466,6 +494,7 @@ func restartLibvirtd(t *testing.T) {
 	}
 	t.Log("libvirtd stopped")
 	time.Sleep(time.Second) // the farm sees it gone, and tries to redial
+	whileDown()
 	if out, err := exec.Command("libvirtd", "-d").CombinedOutput(); err != nil {
 		t.Fatalf("start libvirtd: %v: %s", err, out)
 	}

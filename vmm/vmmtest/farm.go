@@ -32,6 +32,8 @@ type Farm struct {
 
 	// Err, when set, is returned by every call.
 	Err error
+	// HealthErr is what Health answers (nil: the hypervisor is up).
+	HealthErr error
 	// BootTime is how long Create takes (it honours ctx meanwhile).
 	BootTime time.Duration
 	// BootSeconds is what VM.BootSeconds reports; default BootTime.
@@ -76,6 +78,13 @@ type Farm struct {
 }
 
 var _ vmm.Farm = (*Farm)(nil)
+
+// Health answers HealthErr.
+func (f *Farm) Health() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.HealthErr
+}
 
 // New returns an empty farm.
 func New() *Farm {
