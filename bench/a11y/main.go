@@ -261,7 +261,7 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 	for _, a := range direct.last.PerApp {
 		scan := ""
 		if a.CalcCells > 0 {
-			scan = fmt.Sprintf("%s (%d)", stats.MS(a.CalcScan), a.CalcCells)
+			scan = fmt.Sprintf("%s (%d of %d probed)", stats.MS(a.CalcScan), a.CalcCells, a.CalcProbes)
 		}
 		on := "the bus"
 		if a.Peer {
