@@ -8,7 +8,7 @@
 // load. It prints a Markdown table with p50, p95, the tree's size and the
 // ratio.
 //
-//	go run ./bench/a11y [-walks 10] [-old-walks 4] [-bus-walks N] [-asked-walks N] [-top] [-out DIR]
+//	go run ./bench/a11y [-walks 10] [-old-walks 4] [-bus-walks N] [-asked-walks N] [-top] [-rss] [-gap D] [-out DIR]
 package main
 
 import (
@@ -40,7 +40,9 @@ var busWalks, askedWalks int
 
 var outDir string
 
-var topWalk bool
+var topWalk, rss bool
+
+var gap time.Duration
 
 // keep writes a walk's tree to outDir, when set.
 func keep(name string, b []byte) {
@@ -53,6 +55,8 @@ func main() {
 	walks := flag.Int("walks", 10, "walks with deskfarm's walker")
 	oldWalks := flag.Int("old-walks", 4, "walks with the pyatspi walk in the guest")
 	flag.IntVar(&busWalks, "bus-walks", 0, "walks with deskfarm's walker asking every application through the bus daemon (atspi.Options.BusOnly), alternating with the others on the same scene")
+	flag.BoolVar(&rss, "rss", false, "print LibreOffice's resident memory in the guest after each walk")
+	flag.DurationVar(&gap, "gap", 0, "wait this long before each walk, as an agent's step between two trees")
 	flag.BoolVar(&topWalk, "top", false, "print the guest's top (4 samples, 4 s apart) during each kind's second walk")
 	flag.IntVar(&askedWalks, "asked-walks", 0, "walks with deskfarm's walker asking each object what it otherwise derives (atspi.Options.AskDerived), alternating with the others on the same scene")
 	flag.StringVar(&outDir, "out", "", "a directory to write the last tree of each walk to (deskfarm.xml, pyatspi.xml), to compare them")
@@ -190,6 +194,7 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 				}
 			}()
 		}
+		time.Sleep(gap)
 		t0 := time.Now()
 		out, st, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, s.opts)
 		if err != nil {
@@ -199,7 +204,13 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 		s.last = st
 		keep(s.file, out)
 		s.d, s.nodes = append(s.d, d), strings.Count(string(out), "<")-strings.Count(string(out), "</")
-		fmt.Fprintf(os.Stderr, "%s %d: %v, %d nodes, %d bytes, %d cells on screen without their box\n", s.name, i, d.Round(time.Millisecond), s.nodes, len(out), bareCells(out))
+		mem := ""
+		if rss {
+			if res, err := guestx.Run(ctx, m, vm.ID, guestx.Cmd{Shell: "ps -C soffice.bin -o rss=", Timeout: time.Minute}); err == nil {
+				mem = ", LibreOffice RSS " + strings.TrimSpace(string(res.Stdout)) + " KiB"
+			}
+		}
+		fmt.Fprintf(os.Stderr, "%s %d: %v, %d nodes, %d bytes, %d cells on screen without their box%s\n", s.name, i, d.Round(time.Millisecond), s.nodes, len(out), bareCells(out), mem)
 		return nil
 	}
 	direct := &series{name: "deskfarm walk", file: "deskfarm.xml"}
