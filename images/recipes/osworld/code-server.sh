@@ -107,4 +107,15 @@ if ! grep -q 'nameLong:"Visual Studio Code"' lib/vscode/out/vs/workbench/workben
 	exit 1
 fi
 echo "code-server.sh: product name set in $n bundles"
+# code-server's parent process gives the server process it spawns 10 s to
+# answer its handshake, then logs "error timed out" and exits, leaving no
+# server. Under TCG on a busy 2-core host the child's module load took
+# longer: CI at 0ff0b59 logged exactly that 2 min into
+# TestE2EOSWorldVSCode, and no window came in 5 min. Two minutes here;
+# `code` waits for the port as long (its loop below the server's start).
+sed -i 's/^const timeoutInterval = 10000;/const timeoutInterval = 120000;/' out/node/wrapper.js
+if ! grep -q '^const timeoutInterval = 120000;' out/node/wrapper.js; then
+	echo "code-server.sh: the wrapper's handshake timeout was not found to raise (out/node/wrapper.js)" >&2
+	exit 1
+fi
 du -sh "$out" | sed 's/^/code-server.sh: /'
