@@ -17,6 +17,13 @@
 // (org.a11y.atspi.Cache.GetItems), and the rest is asked many calls at a
 // time.
 //
+// Where the VM layer says how often a VM was reset (a vmm.Farm does), the
+// session outlives the walk (keep.go): the relay stays, listening to
+// AT-SPI's events, and an application that reported no change since its
+// last walk is answered from that walk's tree, with the objects its
+// events named asked again. A reset, a failed walk or two idle minutes
+// end the session.
+//
 // Images without AT-SPI (the desktop image has no at-spi2-core) answer
 // ErrUnavailable.
 package atspi
@@ -24,9 +31,7 @@ package atspi
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +42,6 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/deskfarm/deskfarm/guestx"
 	"github.com/deskfarm/deskfarm/vmm"
 )
 
@@ -80,7 +84,7 @@ var relayScript []byte
 const portPath = "/dev/virtio-ports/org.deskfarm.a11y.0"
 
 // portOpen opens the port as fd 3 as root, then runs "$@".
-const portOpen = `i=0; while ! true 3<>"$0" 2>/dev/null && [ $i -lt 20 ]; do i=$((i+1)); sleep 0.1; done; exec 3<>"$0" && exec "$@"`
+const portOpen = `i=0; while ! true 3<>"$0" 2>/dev/null && [ $i -lt 50 ]; do i=$((i+1)); sleep 0.1; done; exec 3<>"$0" && exec "$@"`
 
 // Relay exit codes (relay.py).
 const (
@@ -110,6 +114,10 @@ type Options struct {
 	// its own socket: the walk as it was before the port had channels
 	// (bench/a11y's side by side).
 	BusOnly bool
+	// Fresh walks on a session of its own, asking every application
+	// afresh, as walks did before sessions were kept (keep.go):
+	// bench/a11y's side by side. BusOnly and AskDerived walk fresh too.
+	Fresh bool
 	// AskDerived asks each object what the walk otherwise derives from
 	// its class and its other facts: the attributes and current value of
 	// LibreOffice's menu objects (menus.go) and the names of Calc's cells
@@ -153,103 +161,24 @@ func ReadStats(ctx context.Context, g Guest, vm string, m Mode, opts Options) ([
 	return TerminalJSON(text), st, nil
 }
 
-// walkVM connects to vm's port, starts the relay, and walks.
+// walkVM walks vm's tree: on the VM's kept session (keep.go) when the
+// guest can say when it was reset, else on a session of its own.
 func walkVM(ctx context.Context, g Guest, vm string, m Mode, opts Options) (*Node, Stats, error) {
-	conn, err := g.DialA11y(ctx, vm)
+	if rc, ok := g.(resetCounter); ok && !opts.Fresh && !opts.BusOnly && !opts.AskDerived {
+		return kept.walk(ctx, g, rc, vm, m)
+	}
+	// A walk of its own needs the port: a kept session there ends first.
+	kept.drop(vm)
+	s, err := openSession(ctx, g, vm, nil)
 	if err != nil {
 		return nil, Stats{}, err
 	}
-	// The host must be connected before the relay starts: the guest reads
-	// end-of-file on a port no host holds.
-	if d, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(d) // a stalled guest cannot outlast the walk
-	}
-	var nb [8]byte
-	_, _ = rand.Read(nb[:])
-	nonce := hex.EncodeToString(nb[:])
-	req, err := guestx.Request(guestx.Cmd{Argv: []string{"python3", "-", nonce}, Stdin: relayScript, Timeout: Timeout})
-	if err != nil {
-		return nil, Stats{}, err
-	}
-	// Root opens the port as fd 3, then guestx becomes the desktop user
-	// (the bus takes only its user's connections), keeping fd 3.
-	// A relay that was killed may hold the port for a moment more: try the
-	// open a few times (true, a regular builtin: a failed redirection on
-	// exec would end the shell) before the real one.
-	req.Argv = append([]string{"sh", "-c", portOpen, portPath}, req.Argv...)
-	rctx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
-	relay := make(chan relayResult, 1)
-	go func() {
-		res, err := g.Exec(rctx, vm, req)
-		relay <- relayResult{res, err}
-	}()
-	defer func() {
-		// The relay reads end-of-file and exits; the port stays ours
-		// (vmm's gate) until it has, or a next walk's relay would find
-		// the port still open in the guest (EBUSY).
-		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			conn.Close()
-		}
-		select {
-		case <-relay:
-		case <-time.After(5 * time.Second):
-			stopRelay() // Exec kills it
-			<-relay
-		}
-		stopRelay()
-		conn.Close()
-	}()
-
-	hello := make(chan helloResult, 1)
-	go func() {
-		uid, err := readHello(byteReader{conn}, nonce)
-		hello <- helloResult{uid, err}
-	}()
-	var uid string
-	select {
-	case h := <-hello:
-		if h.err != nil {
-			return nil, Stats{}, relayFailed(relay, h.err)
-		}
-		uid = h.uid
-	case r := <-relay:
-		relay <- r // for the deferred wait
-		return nil, Stats{}, r.failure()
-	case <-ctx.Done():
-		return nil, Stats{}, ctx.Err()
-	}
-	// godbus closes its stream on bus.Close, which runs before the
-	// deferred wait above: the bus channel's close ends the relay's bus
-	// connection, and the port stays ours until the relay has exited.
-	mx, busChan := newMux(conn)
-	bus, err := dbus.NewConn(busChan)
-	if err != nil {
-		return nil, Stats{}, err
-	}
-	defer bus.Close()
-	if err := bus.Auth([]dbus.Auth{dbus.AuthExternal(uid)}); err != nil {
-		return nil, Stats{}, fmt.Errorf("authenticate on the accessibility bus: %w", err)
-	}
-	if err := bus.Hello(); err != nil {
-		return nil, Stats{}, fmt.Errorf("hello on the accessibility bus: %w", err)
-	}
-	peers := func(ctx context.Context, addr string) (*dbus.Conn, error) {
-		p, err := peerPath(addr)
-		if err != nil {
-			return nil, err
-		}
-		ch, err := mx.open(p)
-		if err != nil {
-			return nil, err
-		}
-		return authPeer(ctx, ch, uid)
-	}
+	defer s.close()
+	peers := s.peers
 	if opts.BusOnly {
 		peers = nil
 	}
-	return walk(ctx, bus, m, peers, opts.AskDerived)
+	return walk(ctx, s.bus, m, peers, opts.AskDerived, nil)
 }
 
 // authPeer makes a D-Bus connection on an application's socket: the
@@ -317,10 +246,13 @@ func relayFailed(relay chan relayResult, err error) error {
 	select {
 	case r := <-relay:
 		relay <- r
+		if r.err == nil && r.res.ExitCode == 0 {
+			break // a kept relay, forked after its hello
+		}
 		return r.failure()
 	case <-time.After(2 * time.Second):
-		return fmt.Errorf("no hello from the relay in the guest: %w", err)
 	}
+	return fmt.Errorf("no hello from the relay in the guest: %w", err)
 }
 
 // readHello reads up to the relay's "DESKFARM-A11Y NONCE UID\n", skipping

@@ -131,9 +131,8 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		n.Attrs = append(n.Attrs, Attr{"attr:" + k, attrs[k]})
 	}
 	if box != nil {
-		n.Attrs = append(n.Attrs,
-			Attr{"cp:screencoord", fmt.Sprintf("(%d, %d)", box[0], box[1])},
-			Attr{"cp:size", fmt.Sprintf("(%d, %d)", box[2], box[3])})
+		n.Attrs = append(n.Attrs, Attr{Key: "cp:screencoord"}, Attr{Key: "cp:size"})
+		n.setBox(box)
 	}
 	if !full {
 		return
@@ -152,6 +151,19 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 	for _, act := range actions {
 		name := strings.ReplaceAll(act.Name, " ", "-")
 		n.Attrs = append(n.Attrs, Attr{"act:" + name + "_desc", act.Desc}, Attr{"act:" + name + "_kb", act.KB})
+	}
+}
+
+// setBox sets n's box, and its attributes that say it.
+func (n *Node) setBox(box *[4]int32) {
+	n.Box = box
+	for i := range n.Attrs {
+		switch n.Attrs[i].Key {
+		case "cp:screencoord":
+			n.Attrs[i].Value = fmt.Sprintf("(%d, %d)", box[0], box[1])
+		case "cp:size":
+			n.Attrs[i].Value = fmt.Sprintf("(%d, %d)", box[2], box[3])
+		}
 	}
 }
 

@@ -53,6 +53,13 @@ func newMux(rw io.ReadWriter) (*mux, *muxChan) {
 	return m, bus
 }
 
+// closed is true once the port's reading has ended.
+func (m *mux) closed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err != nil
+}
+
 func (m *mux) add(id uint32) *muxChan {
 	pr, pw := io.Pipe()
 	c := &muxChan{m: m, id: id, r: pr, w: pw}

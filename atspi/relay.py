@@ -23,10 +23,17 @@
 # messages are the host's business: this reads none of them. The relay
 # ends when the host closes the port or the bus closes.
 #
+# With a second argument, SECONDS, the relay is kept (package atspi,
+# keep.go): once its hello is written it forks, the parent exits 0 (the
+# guest agent's exec, and the VM lock it holds, end there) and the child
+# relays on, its stdio on /dev/null, until the host closes the port, or
+# SECONDS have passed.
+#
 # Exit status 3: no accessibility bus (no at-spi2-core in the image, or
 # the session is not up); 4: the host is not connected to the port.
 import os
 import select
+import signal
 import socket
 import stat
 import struct
@@ -143,6 +150,18 @@ def main():
             die(4, "the host is not connected to the port")
     os.set_blocking(PORT, True)
     write_all(PORT, ("DESKFARM-A11Y %s %d\n" % (nonce, os.getuid())).encode())
+    if len(sys.argv) > 2:
+        lifetime = int(sys.argv[2])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() != 0:
+            os._exit(0)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        signal.alarm(lifetime)  # SIGALRM's default action ends the relay
     chans = {0: bus}  # channel: socket
     fds = {bus.fileno(): 0}
     buf = b""

@@ -42,6 +42,16 @@ var namespaces = [...][2]string{
 }
 
 // has reports whether n has state s.
+// attr is n's attribute key's value, "" when it has none.
+func (n *Node) attr(key string) string {
+	for _, a := range n.Attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return ""
+}
+
 func (n *Node) has(s string) bool {
 	for _, x := range n.States {
 		if x == s {

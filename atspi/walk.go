@@ -86,6 +86,9 @@ type AppStats struct {
 	// bus; PeerErr says why not when it has one.
 	Peer    bool
 	PeerErr string
+	// Kept: its tree was its last walk's, which still stood (keep.go);
+	// Calls are then the check's, and the rest the last walk's.
+	Kept bool
 }
 
 // objRef is an object's D-Bus reference: the application's bus name and
@@ -173,13 +176,20 @@ type Peers func(ctx context.Context, addr string) (*dbus.Conn, error)
 // a socket of its own is asked there, past the bus daemon. An application
 // that does not answer is left out or cut short, never the walk.
 func Walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers) (*Node, Stats, error) {
-	return walk(ctx, conn, mode, peers, false)
+	return walk(ctx, conn, mode, peers, false, nil)
 }
 
 // walk is Walk, asking what it otherwise derives when askDerived
-// (Options.AskDerived).
-func walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers, askDerived bool) (*Node, Stats, error) {
-	w := &walker{conn: conn, mode: mode, peers: peers, askDerived: askDerived}
+// (Options.AskDerived), and on a kept session when mm is not nil: its
+// applications' trees are kept, and reused while they stand (keep.go),
+// and their sockets stay open.
+func walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers, askDerived bool, mm *memo) (*Node, Stats, error) {
+	w := &walker{conn: conn, mode: mode, peers: peers, askDerived: askDerived, memo: mm, keptPeers: mm != nil}
+	if mode == ModeTerminal {
+		// It reads the terminal's text alone, and names the rest: its
+		// trees are not kept, nor are the other modes' asked.
+		w.memo = nil
+	}
 	// An application's bridge (at-spi2-atk) makes its cache only once some
 	// client listens for events, as screen readers and libatspi do: one
 	// rare event, so the walk gets the cache without the applications
@@ -187,7 +197,11 @@ func walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers, askDeriv
 	// answers, so each application has it queued before our first call;
 	// it is dropped when this connection closes (at-spi2-core 2.46
 	// atk-adaptor/bridge.c spi_atk_add_client, registryd RegisterEvent).
-	_ = w.call(ctx, objRef{registryBus, registryPath}, ifRegistry+".RegisterEvent", []any{"window:desktop-create"})
+	// A kept session has registered for every event when it opened
+	// (keep.go); the registry keeps each registration, so it asks once.
+	if !w.keptPeers {
+		_ = w.call(ctx, objRef{registryBus, registryPath}, ifRegistry+".RegisterEvent", []any{"window:desktop-create"})
+	}
 	var apps []objRef
 	if err := w.call(ctx, objRef{registryBus, rootPath}, ifAccessible+".GetChildren", nil, &apps); err != nil {
 		return nil, w.stats(), fmt.Errorf("list the desktop's applications: %w", err)
@@ -220,6 +234,8 @@ type walker struct {
 	peers      Peers
 	mode       Mode
 	askDerived bool
+	memo       *memo // nil: nothing kept
+	keptPeers  bool  // applications' sockets stay open (a kept session's)
 	calls      atomic.Int64
 	built      atomic.Int64 // nodes, against MaxNodes
 
@@ -285,9 +301,12 @@ type appWalk struct {
 	roleMu   sync.Mutex
 	byRole   map[string]*roleFact
 
-	items map[dbus.ObjectPath]*item
-	kids  map[dbus.ObjectPath][]*item
-	all   []*walked
+	top      []*item // the application's children: its windows
+	frames   []frameBox
+	framesOK bool
+	items    map[dbus.ObjectPath]*item
+	kids     map[dbus.ObjectPath][]*item
+	all      []*walked
 
 	mu      sync.Mutex
 	methods map[string]int
@@ -330,8 +349,18 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 }
 
 func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
-	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}, st: st, methods: map[string]int{}}
+	if w.memo != nil {
+		if n := w.reuse(ctx, ref, st); n != nil {
+			return n
+		}
+		// What it reports from now on is against this walk.
+		w.memo.take(ref.Name)
+	}
 	t0 := time.Now()
+	a := w.newApp(ctx, ref, st)
+	if a.peer != nil && !w.keptPeers {
+		defer a.peer.Close() // a kept session's stay open
+	}
 	defer func() {
 		st.Walk, st.Nodes, st.Calls = time.Since(t0), len(a.all), int(a.calls.Load())+1
 		st.CalcProbes = int(a.probes.Load())
@@ -345,14 +374,6 @@ func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 		st.Methods["Cache.GetItems"]++
 		a.mu.Unlock()
 	}()
-	if w.peers != nil && w.mode != ModeTerminal {
-		if err := a.dialPeer(ctx, ref); err != nil {
-			st.PeerErr = err.Error()
-		} else {
-			st.Peer = true
-			defer a.peer.Close()
-		}
-	}
 	if err := a.loadCache(ctx, ref.Name); err != nil {
 		st.CacheErr = err.Error()
 	}
@@ -381,7 +402,55 @@ func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 	w.apps++
 	w.nodes += len(a.all)
 	w.mu.Unlock()
+	if w.memo != nil {
+		a.keep(ctx, ref, node)
+	}
 	return node
+}
+
+// keep records the application's tree in the session's memo, for later
+// walks to reuse while it stands (keep.go): only a whole tree, built in
+// time with no call lapsed, with where its windows were.
+func (a *appWalk) keep(ctx context.Context, ref objRef, node *Node) {
+	if ctx.Err() != nil || a.hung.Load() || a.w.built.Load() >= MaxNodes {
+		return
+	}
+	if !a.framesOK {
+		return
+	}
+	// Its windows as the build found them: a window opened since is
+	// not in the tree.
+	wins := make([]objRef, len(a.top))
+	for i, it := range a.top {
+		if it != nil {
+			wins[i] = it.ref
+		}
+	}
+	byPath := make(map[dbus.ObjectPath]*walked, len(a.all))
+	var volatile []*walked
+	for _, x := range a.all {
+		if x.it.ref.Name == ref.Name {
+			byPath[x.it.ref.Path] = x
+		}
+		if x.node.attr("attr:class") != "" && x.node.attr("attr:name-from") == "contents" {
+			volatile = append(volatile, x)
+		}
+	}
+	a.w.memo.keep(ref, &keptApp{mode: a.w.mode, node: node, nodes: len(a.all), stats: *a.st, byPath: byPath, office: a.vclMenus, windows: wins, frames: a.frames, volatile: volatile})
+}
+
+// newApp starts the walk of one application: on its own socket, where it
+// has one and the walk has peers.
+func (w *walker) newApp(ctx context.Context, ref objRef, st *AppStats) *appWalk {
+	a := &appWalk{w: w, name: ref.Name, sem: make(chan struct{}, inFlight), items: map[dbus.ObjectPath]*item{}, kids: map[dbus.ObjectPath][]*item{}, st: st, methods: map[string]int{}}
+	if w.peers != nil && w.mode != ModeTerminal {
+		if err := a.dialPeer(ctx, ref); err != nil {
+			st.PeerErr = err.Error()
+		} else {
+			st.Peer = true
+		}
+	}
+	return a
 }
 
 // loadCache fills items from the application's Cache.GetItems: its whole
@@ -639,6 +708,12 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 		kids = a.calcCells(ctx, it)
 	} else {
 		kids = a.children(ctx, it)
+	}
+	if depth == 1 && a.w.memo != nil {
+		// Its windows and where they are, before their trees are
+		// built: what a kept tree is checked against (keep.go).
+		a.top = kids
+		a.frames, a.framesOK = a.frameBoxesOf(ctx, kids)
 	}
 	// Siblings are built at once: a subtree the cache lacks costs a
 	// round trip per level (its child count, its children, their

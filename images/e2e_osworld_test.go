@@ -376,6 +376,31 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 		t.Fatalf("LibreOffice was asked %d calls deriving and %d asking: want at least a call per cell (%d) fewer", d, a, cells)
 	}
 
+	// On a kept session (atspi's keep.go) the walk after an agent's step
+	// in the terminal asks LibreOffice only whether it changed, and gives
+	// what a fresh walk gives.
+	if _, _, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{}); err != nil {
+		t.Fatalf("the first walk of a kept session: %v", err)
+	}
+	must("wmctrl -x -a gnome-terminal && sleep 0.5 && xdotool type --delay 30 'echo kept' && xdotool key Return && sleep 2")
+	began = time.Now()
+	keptTree, kst, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
+	if err != nil {
+		t.Fatalf("a kept walk: %v", err)
+	}
+	took := time.Since(began)
+	freshTree, _, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{Fresh: true})
+	if err != nil {
+		t.Fatalf("a fresh walk: %v", err)
+	}
+	if !keptApp(kst, "soffice") {
+		t.Errorf("LibreOffice was walked again after a step in the terminal: %+v", kst.PerApp)
+	}
+	if k, f := withoutApp(keptTree, "lxpanel"), withoutApp(freshTree, "lxpanel"); k != f {
+		t.Fatalf("the kept tree differs from a fresh walk's (the panel and its clock left out): %s", firstDiff(strings.Split(k, "<"), strings.Split(f, "<")))
+	}
+	t.Logf("a kept walk after a step in the terminal: %s, %d calls; the same tree as a fresh walk's", took.Round(time.Millisecond), kst.Calls)
+
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +450,30 @@ func firstDiff(got, want []string) string {
 		}
 	}
 	return "the same"
+}
+
+// keptApp is whether the walk reused the application named name's tree.
+func keptApp(st atspi.Stats, name string) bool {
+	for _, a := range st.PerApp {
+		if a.Name == name {
+			return a.Kept
+		}
+	}
+	return false
+}
+
+// withoutApp is OSWorld's XML without the application named name.
+func withoutApp(tree []byte, name string) string {
+	s := string(tree)
+	i := strings.Index(s, `<application name="`+name+`"`)
+	if i < 0 {
+		return s
+	}
+	j := strings.Index(s[i:], "</application>")
+	if j < 0 {
+		return s[:i]
+	}
+	return s[:i] + s[i+j+len("</application>"):]
 }
 
 // appCalls is how many calls the walk made to the application named name.

@@ -44,6 +44,19 @@ var topWalk, rss bool
 
 var gap time.Duration
 
+var freshWalks int
+
+var act bool
+
+// steps are the agent's steps -act takes in turn before each walk: each
+// changes one application, or none.
+var steps = []struct{ name, script string }{
+	{"nothing", "true"},
+	{"a line typed in the terminal", `wmctrl -x -a gnome-terminal && sleep 0.5 && xdotool type --delay 30 'echo step' && xdotool key Return`},
+	{"Tab in Chromium's page", `wmctrl -a "Deskfarm a11y bench" && sleep 0.5 && xdotool key Tab`},
+	{"a number typed into Calc", `wmctrl -a "LibreOffice Calc" && sleep 0.5 && xdotool type --delay 30 '42' && xdotool key Return`},
+}
+
 // keep writes a walk's tree to outDir, when set.
 func keep(name string, b []byte) {
 	if outDir != "" {
@@ -52,7 +65,9 @@ func keep(name string, b []byte) {
 }
 
 func main() {
-	walks := flag.Int("walks", 10, "walks with deskfarm's walker")
+	walks := flag.Int("walks", 10, "walks with deskfarm's walker, on the VM's kept session (after the fresh walks)")
+	flag.IntVar(&freshWalks, "fresh-walks", 0, "walks with deskfarm's walker on a session of their own (atspi.Options.Fresh, as before sessions were kept), before the kept ones")
+	flag.BoolVar(&act, "act", false, "before each walk, act as an agent's step would, in turn: nothing, a line typed in the terminal, Tab in Chromium's page, a number typed into Calc")
 	oldWalks := flag.Int("old-walks", 4, "walks with the pyatspi walk in the guest")
 	flag.IntVar(&busWalks, "bus-walks", 0, "walks with deskfarm's walker asking every application through the bus daemon (atspi.Options.BusOnly), alternating with the others on the same scene")
 	flag.BoolVar(&rss, "rss", false, "print LibreOffice's resident memory in the guest after each walk")
@@ -145,9 +160,11 @@ func run(walks, oldWalks int) error {
 	// Chromium shows no page in its tree while its window is covered (its
 	// document is 0x0), and Calc opens maximized over it: the browser
 	// takes the left half of the screen, Calc the right, the terminal
-	// stays under them.
+	// the bottom of the left half (raised by -act, it covers only part of
+	// the page).
 	arrange := `for w in "Deskfarm a11y bench" "LibreOffice Calc"; do wmctrl -r "$w" -b remove,maximized_vert,maximized_horz; done 2>/dev/null
-wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreOffice Calc" -e 0,960,0,960,1040 2>/dev/null; true`
+wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreOffice Calc" -e 0,960,0,960,1040 2>/dev/null
+wmctrl -x -r gnome-terminal -e 0,0,760,960,280 2>/dev/null; true`
 	// The scene is up when the walk shows all three, with the page's and
 	// the sheet's contents.
 	want := []string{`name="Chromium"`, `Section 19`, `name="soffice"`, `name="gnome-terminal-server"`, `<table-cell`}
@@ -181,6 +198,8 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 		name, file string
 		opts       atspi.Options
 		d          []time.Duration
+		steps      []string
+		perStep    map[string][]time.Duration
 		last       atspi.Stats
 		nodes      int
 	}
@@ -193,6 +212,14 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 					fmt.Fprintf(os.Stderr, "guest top during %s %d:\n%s\n", s.name, i, res.Stdout)
 				}
 			}()
+		}
+		if act {
+			st := steps[i%len(steps)]
+			if err := sh(st.script, time.Minute); err != nil {
+				return fmt.Errorf("step %q: %w", st.name, err)
+			}
+			time.Sleep(2 * time.Second) // OSWorld's pause after an action
+			s.steps = append(s.steps, st.name)
 		}
 		time.Sleep(gap)
 		t0 := time.Now()
@@ -210,10 +237,34 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 				mem = ", LibreOffice RSS " + strings.TrimSpace(string(res.Stdout)) + " KiB"
 			}
 		}
-		fmt.Fprintf(os.Stderr, "%s %d: %v, %d nodes, %d bytes, %d cells on screen without their box%s\n", s.name, i, d.Round(time.Millisecond), s.nodes, len(out), bareCells(out), mem)
+		kept := ""
+		for _, a := range st.PerApp {
+			if a.Kept {
+				kept += fmt.Sprintf(" %s(kept, %d calls)", a.Name, a.Calls)
+			} else {
+				kept += fmt.Sprintf(" %s(%d calls)", a.Name, a.Calls)
+			}
+		}
+		if act {
+			step := s.steps[len(s.steps)-1]
+			if s.perStep == nil {
+				s.perStep = map[string][]time.Duration{}
+			}
+			s.perStep[step] = append(s.perStep[step], d)
+			kept += " after " + step
+		}
+		fmt.Fprintf(os.Stderr, "%s %d: %v, %d nodes, %d bytes, %d cells on screen without their box%s;%s\n", s.name, i, d.Round(time.Millisecond), s.nodes, len(out), bareCells(out), mem, kept)
 		return nil
 	}
 	direct := &series{name: "deskfarm walk", file: "deskfarm.xml"}
+	fresh := &series{name: "fresh walk", file: "fresh.xml", opts: atspi.Options{Fresh: true}}
+	// Fresh walks first: each ends the kept session, so they cannot
+	// alternate with the kept ones.
+	for i := range freshWalks {
+		if err := walk(fresh, i); err != nil {
+			return err
+		}
+	}
 	viaBus := &series{name: "bus-only walk", file: "bus.xml", opts: atspi.Options{BusOnly: true}}
 	asked := &series{name: "asked walk", file: "asked.xml", opts: atspi.Options{AskDerived: true}}
 	var old []time.Duration
@@ -266,6 +317,28 @@ wmctrl -r "Deskfarm a11y bench" -e 0,0,0,960,1040 2>/dev/null; wmctrl -r "LibreO
 		for _, a := range asked.last.PerApp {
 			fmt.Printf("asked walk, %s: %d nodes, %d calls, %s\n", a.Name, a.Nodes, a.Calls, stats.MS(a.Walk))
 		}
+	}
+	if len(fresh.d) > 0 {
+		fmt.Printf("| deskfarm, each walk on a session of its own (Fresh, as before sessions were kept) | %d | %s | %s | %d |\n", len(fresh.d), stats.MS(stats.Pct(fresh.d, 50)), stats.MS(stats.Pct(fresh.d, 95)), fresh.nodes)
+		fmt.Printf("\nratio (fresh / kept, p50): %s\n", stats.Ratio(fresh.d, direct.d))
+		for _, st := range steps {
+			if len(direct.perStep[st.name]) > 0 {
+				fmt.Printf("after %s: fresh p50 %s (%d), kept p50 %s (%d)\n", st.name, stats.MS(stats.Pct(fresh.perStep[st.name], 50)), len(fresh.perStep[st.name]), stats.MS(stats.Pct(direct.perStep[st.name], 50)), len(direct.perStep[st.name]))
+			}
+		}
+		// The kept tree against a fresh one, back to back, nothing done
+		// between: the same but for what moves on its own (the clock).
+		keptTree, _, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
+		if err != nil {
+			return err
+		}
+		freshTree, _, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{Fresh: true})
+		if err != nil {
+			return err
+		}
+		keep("kept-last.xml", keptTree)
+		keep("fresh-last.xml", freshTree)
+		fmt.Printf("\nthe kept tree against a fresh one right after: %s\n", lineDiff(keptTree, freshTree))
 	}
 	fmt.Printf("\nratio (before / deskfarm, p50): %s\n", stats.Ratio(old, direct.d))
 	fmt.Printf("\ndeskfarm's last walk by application (%d calls in all):\n\n| application | nodes (from its cache) | calls | asked on | walk | of which a Calc sheet's scan (cells kept) |\n|---|---|---|---|---|---|\n", direct.last.Calls)
@@ -321,4 +394,22 @@ func bareCells(tree []byte) int {
 		}
 	}
 	return n
+}
+
+// lineDiff says how two trees differ, tag by tag.
+func lineDiff(a, b []byte) string {
+	x, y := strings.Split(string(a), "<"), strings.Split(string(b), "<")
+	if len(x) != len(y) {
+		return fmt.Sprintf("%d tags against %d", len(x), len(y))
+	}
+	var diffs []string
+	for i := range x {
+		if x[i] != y[i] {
+			diffs = append(diffs, fmt.Sprintf("tag %d: %.160q against %.160q", i, x[i], y[i]))
+		}
+	}
+	if len(diffs) == 0 {
+		return "identical"
+	}
+	return fmt.Sprintf("%d tags differ: %s", len(diffs), strings.Join(diffs[:min(len(diffs), 5)], "; "))
 }

@@ -1,0 +1,577 @@
+package atspi
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/deskfarm/deskfarm/vmm"
+)
+
+// Kept sessions: a VM's accessibility session outlives its walk, and so do
+// the trees of its applications. An agent observes after every step, and a
+// step changes one application, or none: under TCG LibreOffice's part of
+// a walk took 16.9 s of the 18.2 s p50 (docs/benchmarks.md) however little
+// of it had changed. So the session listens to AT-SPI's events, which
+// every application's bridge sends for every change of its objects once
+// a client has registered for them (as screen readers do), and logs, per
+// application, the objects they name. An application is then answered
+// from its last tree when nothing it reported changed the tree's shape,
+// with the objects its events named asked again (only the box, when that
+// alone moved). The rest are walked as before.
+//
+// What makes a kept tree sound:
+//   - The log is started anew as an application's walk begins, so a
+//     change during the walk is in the next one's log.
+//   - Before a tree is reused, the application is pinged through the bus
+//     (org.freedesktop.DBus.Peer.Ping): D-Bus keeps one sender's messages
+//     in order, and the session logs signals as its connection reads
+//     them, so every event the application sent before it answered is in
+//     the log by the time its answer is read.
+//   - Children changed (or visible data: a Calc sheet's cells, which are
+//     made per request; an active descendant; a selection) under an
+//     object in the tree: the application is walked again. So it is when
+//     it logged more than maxLogged objects.
+//   - What changes without an event, measured: a window opened (Chromium's
+//     status bubble) and a window moved. The application's list of
+//     windows and their boxes are asked again and compared. And the
+//     names of Chromium's own labels reach the bus a change late: they
+//     are asked again every time (keptApp.volatile).
+//   - A reset (or a revert to a named snapshot) returns the guest's RAM,
+//     relay included, to another time: the VM's reset count is read
+//     before and after each walk, and a session from before a reset is
+//     closed unused. So is one whose walk failed or found an application
+//     hung.
+//
+// What it costs: with events registered, every application sends them
+// for every change, through the bus to the relay and the host, also
+// between walks; the relay runs in the guest until keepIdle passes
+// without a walk. Walks of one VM take turns, as before.
+const (
+	// keepIdle closes a session after this long without a walk. OSWorld
+	// observes after every step (the harness pauses 2 s after each
+	// action; an agent's model takes seconds to tens of seconds).
+	keepIdle = 2 * time.Minute
+	// keepMax bounds a session's life: the relay's own alarm, and the
+	// host opens a new session once a session is older than
+	// keepMax-keepIdle.
+	keepMax = 30 * time.Minute
+)
+
+// eventKinds are the events a kept session registers for, with the
+// registry (which tells every application's bridge) and as match rules
+// on its bus connection: all of AT-SPI's object, window, focus and
+// document events, and the bridges' cache changes.
+var eventKinds = []struct{ register, iface string }{
+	{"object:", "org.a11y.atspi.Event.Object"},
+	{"window:", "org.a11y.atspi.Event.Window"},
+	{"focus:", "org.a11y.atspi.Event.Focus"},
+	{"document:", "org.a11y.atspi.Event.Document"},
+	{"", ifCache},
+}
+
+// resetCounter is the part of the VM layer that says how often a VM has
+// been reset (a vmm.Farm has it). A guest without it gets no kept session.
+type resetCounter interface {
+	Get(ctx context.Context, id string) (vmm.VM, error)
+}
+
+// keeper holds the kept sessions, by VM.
+type keeper struct {
+	mu       sync.Mutex
+	sessions map[string]*keptVM
+}
+
+var kept = &keeper{sessions: map[string]*keptVM{}}
+
+// keptVM is one VM's kept session and trees. turn is held by the walk
+// that uses them (or by what closes them).
+type keptVM struct {
+	vm   string
+	turn chan struct{}
+
+	// Under turn:
+	g      Guest
+	s      *session
+	memo   *memo
+	resets int
+	born   time.Time
+	idle   *time.Timer
+	gone   bool // out of the keeper's map: take another
+}
+
+// take returns vm's entry with its turn held.
+func (kp *keeper) take(ctx context.Context, vm string) (*keptVM, error) {
+	for {
+		kp.mu.Lock()
+		k := kp.sessions[vm]
+		if k == nil {
+			k = &keptVM{vm: vm, turn: make(chan struct{}, 1)}
+			kp.sessions[vm] = k
+		}
+		kp.mu.Unlock()
+		select {
+		case k.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("accessibility port of vm %s: busy with another walk until %w", vm, ctx.Err())
+		}
+		if !k.gone {
+			return k, nil
+		}
+		<-k.turn
+	}
+}
+
+// shut closes k's session and forgets its trees; k's turn is held.
+func (k *keptVM) shut() {
+	if k.idle != nil {
+		k.idle.Stop()
+		k.idle = nil
+	}
+	if k.s != nil {
+		k.s.close()
+		k.s = nil
+	}
+	k.memo = nil
+}
+
+// remove shuts k and takes it out of the keeper; k's turn is held.
+func (kp *keeper) remove(k *keptVM) {
+	k.shut()
+	kp.mu.Lock()
+	if kp.sessions[k.vm] == k {
+		delete(kp.sessions, k.vm)
+	}
+	kp.mu.Unlock()
+	k.gone = true
+}
+
+// drop ends vm's kept session, if it has one, once its walk is done.
+func (kp *keeper) drop(vm string) {
+	kp.mu.Lock()
+	k := kp.sessions[vm]
+	kp.mu.Unlock()
+	if k == nil {
+		return
+	}
+	k.turn <- struct{}{}
+	if !k.gone {
+		kp.remove(k)
+	}
+	<-k.turn
+}
+
+// expire ends k's session when no walk has come for keepIdle; a walk
+// under way re-arms the timer when it is done.
+func (kp *keeper) expire(k *keptVM, t *time.Timer) {
+	select {
+	case k.turn <- struct{}{}:
+	default:
+		return
+	}
+	if !k.gone && k.idle == t {
+		kp.remove(k)
+	}
+	<-k.turn
+}
+
+// walk walks vm on its kept session, opening one when there is none, or
+// when the VM was reset since it opened. A walk that a reset overtook is
+// walked again, once, on a new session.
+func (kp *keeper) walk(ctx context.Context, g Guest, rc resetCounter, vm string, m Mode) (*Node, Stats, error) {
+	k, err := kp.take(ctx, vm)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	defer func() { <-k.turn }()
+	for try := 0; ; try++ {
+		before, err := rc.Get(ctx, vm)
+		if err != nil {
+			kp.remove(k)
+			return nil, Stats{}, err
+		}
+		if k.idle != nil {
+			k.idle.Stop()
+			k.idle = nil
+		}
+		if k.s != nil && (!sameGuest(k.g, g) || k.resets != before.Resets || time.Since(k.born) > keepMax-2*keepIdle || !k.s.alive()) {
+			k.shut()
+		}
+		if k.s == nil {
+			mm := &memo{events: map[string]*eventLog{}, apps: map[string]*keptApp{}}
+			s, err := openSession(ctx, g, vm, mm)
+			if err == nil {
+				if err = listen(ctx, s.bus); err != nil {
+					s.close()
+				}
+			}
+			if err != nil {
+				kp.remove(k)
+				return nil, Stats{}, err
+			}
+			k.g, k.s, k.memo, k.resets, k.born = g, s, mm, before.Resets, time.Now()
+		}
+		root, st, err := walk(ctx, k.s.bus, m, k.s.peers, false, k.memo)
+		after, aerr := rc.Get(context.WithoutCancel(ctx), vm)
+		switch {
+		case err != nil || aerr != nil || len(st.Hung) > 0:
+			kp.remove(k)
+		case after.Resets != k.resets:
+			// A reset under the walk: what it read may be the old
+			// desktop's.
+			k.shut()
+			if try == 0 {
+				continue
+			}
+		default:
+			var t *time.Timer
+			t = time.AfterFunc(keepIdle, func() { kp.expire(k, t) })
+			k.idle = t
+		}
+		return root, st, err
+	}
+}
+
+// sameGuest is whether a and b are the same VM layer (a farm restarted in
+// the process is another).
+func sameGuest(a, b Guest) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
+}
+
+// listen registers the session for every event (eventKinds).
+func listen(ctx context.Context, bus *dbus.Conn) error {
+	for _, e := range eventKinds {
+		if err := bus.AddMatchSignalContext(ctx, dbus.WithMatchInterface(e.iface)); err != nil {
+			return fmt.Errorf("listen for %s events: %w", e.iface, err)
+		}
+		if e.register == "" {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		c := bus.Object(registryBus, registryPath).CallWithContext(cctx, ifRegistry+".RegisterEvent", 0, e.register)
+		cancel()
+		if c.Err != nil {
+			return fmt.Errorf("register for %s events: %w", e.register, c.Err)
+		}
+	}
+	return nil
+}
+
+// memo is a kept session's events, logged by sender, and its
+// applications' last trees, by bus name. It is the bus connection's
+// signal handler: godbus calls it as it reads each signal, before any
+// reply read after it.
+type memo struct {
+	mu     sync.Mutex
+	events map[string]*eventLog
+	apps   map[string]*keptApp
+}
+
+// eventLog is what one application reported since its log was last taken.
+type eventLog struct {
+	changed  map[dbus.ObjectPath]change // objects whose own facts changed
+	reshaped map[dbus.ObjectPath]bool   // objects whose children changed
+	overflow bool                       // more than maxLogged objects: walk it all
+}
+
+// change says which of an object's facts an event changed.
+type change uint8
+
+const (
+	changedBox   change = 1 << iota // its box alone (BoundsChanged)
+	changedFacts                    // anything else the tree carries
+)
+
+// maxLogged bounds an application's log between walks: a guest is hostile,
+// and past this many objects a walk of the whole application costs less
+// than asking each again.
+const maxLogged = 256
+
+// maxSenders bounds the applications logged at once (a desktop has a
+// handful: the osworld bench's has five).
+const maxSenders = 256
+
+// keptApp is an application's last tree.
+type keptApp struct {
+	mode    Mode
+	node    *Node
+	nodes   int
+	stats   AppStats
+	byPath  map[dbus.ObjectPath]*walked // its own objects in the tree
+	office  bool                        // LibreOffice (appWalk.vclMenus)
+	windows []objRef                    // its children, as it listed them
+	// volatile are asked again at every reuse, events or not:
+	// Chromium's own labels (views, named by their text), whose name
+	// changes reach the bus a change late (its status bubble's URL,
+	// measured with Chromium 156: the kept tree showed the link focused
+	// before).
+	volatile []*walked
+	frames   []frameBox
+}
+
+// frameBox is a top-level window and where it was on the screen.
+type frameBox struct {
+	ref objRef
+	box [4]int32
+}
+
+// DeliverSignal logs an application's event: the object it names, and
+// whether it changed the object's own facts (a name, a state, a text, a
+// value, a box) or its children. Events that follow from others, or
+// change nothing the tree carries, are left out: an object that goes
+// defunct, or gets a parent, is also in its parent's children-changed; a
+// caret's move, and GTK's own properties (widget, renderer), are in no
+// tree. Those are also what a walk itself makes a toolkit send, as it
+// makes the objects it asks for (gtk3-widget-factory: 343 widget, 315
+// defunct, 83 accessible-parent events in its first walks).
+func (mm *memo) DeliverSignal(iface, member string, sig *dbus.Signal) {
+	var detail string
+	if len(sig.Body) > 0 {
+		detail, _ = sig.Body[0].(string)
+	}
+	if !strings.HasPrefix(iface, "org.a11y.atspi.Event.") {
+		return // the bridges' cache changes: their parents say so
+	}
+	var reshape bool
+	what := changedFacts
+	switch iface + "." + member {
+	case "org.a11y.atspi.Event.Object.StateChanged":
+		if detail == "defunct" {
+			return
+		}
+	case "org.a11y.atspi.Event.Object.PropertyChange":
+		switch detail {
+		case "accessible-name", "accessible-description", "accessible-value", "accessible-role":
+		default:
+			return
+		}
+	case "org.a11y.atspi.Event.Object.BoundsChanged":
+		what = changedBox
+	case "org.a11y.atspi.Event.Object.TextCaretMoved":
+		return
+	case "org.a11y.atspi.Event.Object.ChildrenChanged",
+		"org.a11y.atspi.Event.Object.VisibleDataChanged",
+		"org.a11y.atspi.Event.Object.ActiveDescendantChanged",
+		"org.a11y.atspi.Event.Object.ModelChanged",
+		"org.a11y.atspi.Event.Object.SelectionChanged",
+		"org.a11y.atspi.Event.Window.Create",
+		"org.a11y.atspi.Event.Window.Destroy",
+		"org.a11y.atspi.Event.Window.Reparent":
+		reshape = true
+	}
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	l := mm.events[sig.Sender]
+	if l == nil {
+		if len(mm.events) >= maxSenders {
+			// Events from more connections than a desktop has
+			// applications: the guest floods. Every kept tree is
+			// dropped, so each is walked again, and the logs start
+			// over.
+			clear(mm.events)
+			clear(mm.apps)
+		}
+		l = &eventLog{changed: map[dbus.ObjectPath]change{}, reshaped: map[dbus.ObjectPath]bool{}}
+		mm.events[sig.Sender] = l
+	}
+	if l.overflow {
+		return
+	}
+	if reshape {
+		l.reshaped[sig.Path] = true
+	} else {
+		l.changed[sig.Path] |= what
+	}
+	if len(l.changed)+len(l.reshaped) > maxLogged {
+		l.overflow = true
+		l.changed, l.reshaped = nil, nil
+	}
+}
+
+// take returns name's log and starts a new one.
+func (mm *memo) take(name string) *eventLog {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	l := mm.events[name]
+	delete(mm.events, name)
+	if l == nil {
+		l = &eventLog{}
+	}
+	return l
+}
+
+// keep records ref's tree.
+func (mm *memo) keep(ref objRef, ka *keptApp) {
+	mm.mu.Lock()
+	mm.apps[ref.Name] = ka
+	mm.mu.Unlock()
+}
+
+// reuse answers ref from its last tree when that still stands, with the
+// objects its events named asked again; nil when it must be walked. Its
+// calls are w's, and a's for the objects asked again.
+func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) *Node {
+	mm := w.memo
+	mm.mu.Lock()
+	ka := mm.apps[ref.Name]
+	if ka != nil && ka.mode == w.mode {
+		delete(mm.apps, ref.Name) // kept again below, or walked anew
+	}
+	mm.mu.Unlock()
+	if ka == nil || ka.mode != w.mode {
+		return nil
+	}
+	t0 := time.Now()
+	calls := w.calls.Load()
+	// Through the bus, where the application's events travel: its
+	// answer comes after them.
+	if w.call(ctx, objRef{ref.Name, rootPath}, "org.freedesktop.DBus.Peer.Ping", nil) != nil {
+		return nil
+	}
+	l := mm.take(ref.Name)
+	if l.overflow {
+		return nil
+	}
+	for p := range l.reshaped {
+		if ka.byPath[p] != nil || p == ref.Path {
+			return nil // its children changed: walk it
+		}
+	}
+	// Its windows: the same ones (an application may open one without
+	// an event: Chromium's status bubble, measured), where they were (a
+	// move sends none).
+	var wins []objRef
+	if w.call(ctx, ref, ifAccessible+".GetChildren", nil, &wins) != nil || !slices.Equal(wins, ka.windows) {
+		return nil
+	}
+	boxes, ok := w.frameBoxes(ctx, ka.frames)
+	if !ok {
+		return nil
+	}
+	for i, f := range ka.frames {
+		if boxes[i] != f.box {
+			return nil // a window moved
+		}
+	}
+	stale := map[*walked]change{}
+	for p, c := range l.changed {
+		if x := ka.byPath[p]; x != nil {
+			stale[x] = c
+		}
+	}
+	for _, x := range ka.volatile {
+		stale[x] |= changedFacts
+	}
+	if len(stale) > 0 && !w.refresh(ctx, ref, ka, stale) {
+		return nil
+	}
+	*st = ka.stats
+	st.Kept, st.Walk, st.Calls, st.Methods, st.Nodes = true, time.Since(t0), int(w.calls.Load()-calls), nil, ka.nodes
+	w.mu.Lock()
+	w.apps++
+	w.nodes += ka.nodes
+	w.mu.Unlock()
+	w.built.Add(int64(ka.nodes))
+	mm.keep(ref, ka)
+	n := *ka.node // its own top: the caller may rename it
+	return &n
+}
+
+// refresh asks each of stale's objects again what changed, and puts it in
+// its node, its children left as they are: only its box when that alone
+// changed, else all its facts. False when one is gone.
+func (w *walker) refresh(ctx context.Context, ref objRef, ka *keptApp, stale map[*walked]change) bool {
+	a := w.newApp(ctx, ref, &AppStats{})
+	a.vclMenus = ka.office
+	ok := true
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for x, c := range stale {
+		if c == changedBox && x.node.Box == nil {
+			continue // not on the screen: no box to move
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c == changedBox {
+				var e struct{ X, Y, W, H int32 }
+				err := a.call(ctx, x.it.ref, ifComponent+".GetExtents", []any{uint32(0)}, &e)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					ok = false
+					return
+				}
+				x.node.setBox(&[4]int32{e.X, e.Y, e.W, e.H})
+				return
+			}
+			it, err := a.basics(ctx, x.it.ref)
+			if err != nil {
+				mu.Lock()
+				ok = false
+				mu.Unlock()
+				return
+			}
+			it.index, it.parent, it.bounds = x.it.index, x.it.parent, x.it.bounds
+			role := roleName(it.role)
+			if role == "" {
+				role = x.node.Role
+			}
+			n := &Node{Role: role, Name: it.name, States: it.stateNames()}
+			a.detail(ctx, &walked{n, it})
+			mu.Lock()
+			n.Children = x.node.Children
+			*x.node = *n
+			x.it = it
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return ok && !a.hung.Load() && ctx.Err() == nil
+}
+
+// frameBoxes asks each of frames its box on the screen, through the bus.
+func (w *walker) frameBoxes(ctx context.Context, frames []frameBox) ([][4]int32, bool) {
+	out := make([][4]int32, len(frames))
+	errs := make([]error, len(frames))
+	var wg sync.WaitGroup
+	for i, f := range frames {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var e struct{ X, Y, W, H int32 }
+			errs[i] = w.call(ctx, f.ref, ifComponent+".GetExtents", []any{uint32(0)}, &e)
+			out[i] = [4]int32{e.X, e.Y, e.W, e.H}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// frameBoxesOf is where each of wins (an application's children) that has
+// a box is on the screen.
+func (a *appWalk) frameBoxesOf(ctx context.Context, wins []*item) ([]frameBox, bool) {
+	var frames []frameBox
+	for _, it := range wins {
+		if it != nil && it.hasIface(ifComponent) {
+			frames = append(frames, frameBox{ref: it.ref})
+		}
+	}
+	boxes, ok := a.w.frameBoxes(ctx, frames)
+	for i := range boxes {
+		frames[i].box = boxes[i]
+	}
+	return frames, ok
+}
