@@ -33,6 +33,14 @@ type desktop struct {
 
 func startDesktop(t *testing.T) *desktop {
 	t.Helper()
+	d := startSession(t)
+	d.app, _ = d.start(t, d.env, "gtk3-widget-factory")
+	return d
+}
+
+// startSession is a desktop without an application.
+func startSession(t *testing.T) *desktop {
+	t.Helper()
 	for _, p := range []string{"Xvfb", "dbus-daemon", "dbus-send", "gtk3-widget-factory", "/usr/libexec/at-spi-bus-launcher", "/usr/bin/python3"} {
 		if _, err := exec.LookPath(p); err != nil {
 			testenv.Unavailable(t, p+" not found (scripts/setup-host.sh installs it)")
@@ -70,7 +78,6 @@ func startDesktop(t *testing.T) *desktop {
 		t.Fatalf("session bus address: %v", err)
 	}
 	d.env = append(d.env, "DBUS_SESSION_BUS_ADDRESS="+strings.TrimSpace(addr))
-	d.app, _ = d.start(t, d.env, "gtk3-widget-factory")
 	return d
 }
 
