@@ -19,9 +19,10 @@
 //
 // Where the VM layer says how often a VM was reset (a vmm.Farm does), the
 // session outlives the walk (keep.go): the relay stays, listening to
-// AT-SPI's events, and an application that reported no change since its
-// last walk is answered from that walk's tree, with the objects its
-// events named asked again. A reset, a failed walk or two idle minutes
+// AT-SPI's events, and, for OSWorld's XML, an application that reported
+// no change since its last walk is answered from that walk's tree, with
+// the objects its events named asked again (web engines, which change
+// without events, are walked whole). A reset, a failed walk or two idle minutes
 // end the session.
 //
 // Images without AT-SPI (the desktop image has no at-spi2-core) answer

@@ -37,12 +37,22 @@ import (
 //   - Children changed (or visible data: a Calc sheet's cells, which are
 //     made per request; an active descendant; a selection) under an
 //     object in the tree: the application is walked again. So it is when
-//     it logged more than maxLogged objects.
-//   - What changes without an event, measured: a window opened (Chromium's
-//     status bubble) and a window moved. The application's list of
-//     windows and their boxes are asked again and compared. And the
-//     names of Chromium's own labels reach the bus a change late: they
-//     are asked again every time (keptApp.volatile).
+//     it logged more than maxLogged objects, and, when its tree holds a
+//     sheet, on any event about an object not in the tree (its cells
+//     have other paths than the tree's: the focused cell losing the
+//     focus, measured).
+//   - A window opened or moved sends no event: the application's list of
+//     windows and their boxes, and each document's count of children and
+//     box, are asked again and compared.
+//   - Web engines' trees are not kept: Chromium (its status bubble's
+//     window and its label's URL a change late, a page shown again once
+//     its window is raised, a new window's page attaching to its view)
+//     and Gecko (Thunderbird's buttons' action names) change without
+//     events in ways measured (TestKeptChromium, TestE2EOSWorldImage);
+//     their nodes carry an HTML tag or a class, and they are walked
+//     whole, on the kept session.
+//   - Only OSWorld's XML is kept: Cua's tree carries no attributes, by
+//     which the walk tells a web engine's nodes.
 //   - A reset (or a revert to a named snapshot) returns the guest's RAM,
 //     relay included, to another time: the VM's reset count is read
 //     before and after each walk, and a session from before a reset is
@@ -307,13 +317,19 @@ type keptApp struct {
 	byPath  map[dbus.ObjectPath]*walked // its own objects in the tree
 	office  bool                        // LibreOffice (appWalk.vclMenus)
 	windows []objRef                    // its children, as it listed them
-	// volatile are asked again at every reuse, events or not:
-	// Chromium's own labels (views, named by their text), whose name
-	// changes reach the bus a change late (its status bubble's URL,
-	// measured with Chromium 156: the kept tree showed the link focused
-	// before).
-	volatile []*walked
-	frames   []frameBox
+	// docs are its documents as the walk found them: a page Chromium
+	// shows again (its window raised) comes back without an event
+	// (measured in TestE2EOSWorldImage: the kept tree kept the covered
+	// window's empty document), so each is asked its children's count
+	// and its box again.
+	docs []docCheck
+	// managed: its tree holds an object that manages its descendants
+	// (a Calc sheet), whose children are made anew on each request: an
+	// event on an object not in the tree may be about one in it under
+	// another path (the focused cell losing its focus, measured in
+	// TestE2EOSWorldImage), so any such event has it walked again.
+	managed bool
+	frames  []frameBox
 }
 
 // frameBox is a top-level window and where it was on the screen.
@@ -460,14 +476,16 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) *Node {
 			return nil // a window moved
 		}
 	}
+	if !w.docsStand(ctx, ka.docs) {
+		return nil
+	}
 	stale := map[*walked]change{}
 	for p, c := range l.changed {
 		if x := ka.byPath[p]; x != nil {
 			stale[x] = c
+		} else if ka.managed {
+			return nil
 		}
-	}
-	for _, x := range ka.volatile {
-		stale[x] |= changedFacts
 	}
 	if len(stale) > 0 && !w.refresh(ctx, ref, ka, stale) {
 		return nil
@@ -525,7 +543,7 @@ func (w *walker) refresh(ctx context.Context, ref objRef, ka *keptApp, stale map
 				role = x.node.Role
 			}
 			n := &Node{Role: role, Name: it.name, States: it.stateNames()}
-			a.detail(ctx, &walked{n, it})
+			a.detail(ctx, &walked{node: n, it: it})
 			mu.Lock()
 			n.Children = x.node.Children
 			*x.node = *n
@@ -574,4 +592,55 @@ func (a *appWalk) frameBoxesOf(ctx context.Context, wins []*item) ([]frameBox, b
 		frames[i].box = boxes[i]
 	}
 	return frames, ok
+}
+
+// docCheck is a document as a walk found it.
+type docCheck struct {
+	ref   objRef
+	count int32
+	box   [4]int32
+}
+
+// docsOf lists the documents among an application's walked objects.
+func docsOf(all []*walked) []docCheck {
+	var out []docCheck
+	for _, x := range all {
+		if !strings.HasPrefix(x.node.Role, "document") {
+			continue
+		}
+		d := docCheck{ref: x.it.ref, count: x.it.count}
+		if x.node.Box != nil {
+			d.box = *x.node.Box
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// docsStand is whether each of docs still has its count of children and
+// its box (none when it had none).
+func (w *walker) docsStand(ctx context.Context, docs []docCheck) bool {
+	ok := true
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, d := range docs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var count dbus.Variant
+			var e struct{ X, Y, W, H int32 }
+			err := w.call(ctx, d.ref, ifProps+".Get", []any{ifAccessible, "ChildCount"}, &count)
+			if err == nil && d.box != ([4]int32{}) {
+				err = w.call(ctx, d.ref, ifComponent+".GetExtents", []any{uint32(0)}, &e)
+			}
+			n, _ := count.Value().(int32)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || n != d.count || (d.box != [4]int32{} && [4]int32{e.X, e.Y, e.W, e.H} != d.box) {
+				ok = false
+			}
+		}()
+	}
+	wg.Wait()
+	return ok
 }

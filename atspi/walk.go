@@ -185,9 +185,12 @@ func Walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers) (*Node, 
 // and their sockets stay open.
 func walk(ctx context.Context, conn *dbus.Conn, mode Mode, peers Peers, askDerived bool, mm *memo) (*Node, Stats, error) {
 	w := &walker{conn: conn, mode: mode, peers: peers, askDerived: askDerived, memo: mm, keptPeers: mm != nil}
-	if mode == ModeTerminal {
-		// It reads the terminal's text alone, and names the rest: its
-		// trees are not kept, nor are the other modes' asked.
+	if mode != ModeOSWorld {
+		// Only OSWorld's XML carries the attributes that tell a web
+		// engine's nodes, whose trees change without events (keep.go):
+		// Cua's trees are walked whole (TestE2EOSWorldImage: a kept Cua
+		// tree never showed a new window's page). The terminal's mode
+		// reads its text alone and names the rest.
 		w.memo = nil
 	}
 	// An application's bridge (at-spi2-atk) makes its cache only once some
@@ -427,16 +430,23 @@ func (a *appWalk) keep(ctx context.Context, ref objRef, node *Node) {
 		}
 	}
 	byPath := make(map[dbus.ObjectPath]*walked, len(a.all))
-	var volatile []*walked
+	managed := false
 	for _, x := range a.all {
+		// A web engine's tree (Chromium's, Gecko's: their nodes carry
+		// an HTML tag or a class) changes without events in ways
+		// measured and not all mended (keep.go): it is walked whole.
+		if x.node.attr("attr:tag") != "" || x.node.attr("attr:class") != "" {
+			return
+		}
 		if x.it.ref.Name == ref.Name {
 			byPath[x.it.ref.Path] = x
 		}
-		if x.node.attr("attr:class") != "" && x.node.attr("attr:name-from") == "contents" {
-			volatile = append(volatile, x)
+		const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
+		if x.it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0 {
+			managed = true
 		}
 	}
-	a.w.memo.keep(ref, &keptApp{mode: a.w.mode, node: node, nodes: len(a.all), stats: *a.st, byPath: byPath, office: a.vclMenus, windows: wins, frames: a.frames, volatile: volatile})
+	a.w.memo.keep(ref, &keptApp{mode: a.w.mode, node: node, nodes: len(a.all), stats: *a.st, byPath: byPath, office: a.vclMenus, windows: wins, frames: a.frames, docs: docsOf(a.all), managed: managed})
 }
 
 // newApp starts the walk of one application: on its own socket, where it
@@ -681,7 +691,7 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 		role = "unknown"
 	}
 	n := &Node{Role: role, Name: it.name, States: it.stateNames()}
-	x := &walked{n, it}
+	x := &walked{node: n, it: it}
 	a.mu.Lock()
 	a.all = append(a.all, x)
 	a.mu.Unlock()
