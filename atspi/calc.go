@@ -2,6 +2,7 @@ package atspi
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"sync"
@@ -234,4 +235,68 @@ func cellName(index, ncols int64) string {
 		col = col/26 - 1
 	}
 	return string(letters) + strconv.FormatInt(row+1, 10)
+}
+
+// maxPlaced bounds the objects out of a kept tree that one reuse looks
+// for among its sheets' cells: past it the application is walked again.
+const maxPlaced = 16
+
+// placeCells finds, for each of paths (objects events named that a kept
+// tree with a sheet does not hold), the kept cell it is: LibreOffice
+// makes a cell's object anew for each request and each event, so the
+// focused cell losing the focus is told under a path no walk saw
+// (measured in TestE2EOSWorldImage). Each is asked its parent and its
+// index; a cell found is asked again under its new path (added to
+// stale). An object gone since (its state defunct, or no such object)
+// is in no tree, this one's or a fresh walk's: the editing object a
+// typed cell shows while it is typed into. False when one is neither a
+// kept cell nor gone, or does not answer: the application is then walked
+// again.
+func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.ObjectPath, stale map[*walked]change) bool {
+	if len(paths) > maxPlaced {
+		return false
+	}
+	found := make([]*walked, len(paths))
+	gone := make([]bool, len(paths))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := objRef{a.name, p}
+			var states []uint32
+			err := a.call(ctx, r, ifAccessible+".GetState", nil, &states)
+			const defunct = 6 // ATSPI_STATE_DEFUNCT
+			var reply dbus.Error
+			if errors.As(err, &reply) || err == nil && len(states) > 0 && states[0]&(1<<defunct) != 0 {
+				gone[i] = true
+				return
+			}
+			var parent dbus.Variant
+			var index int32
+			if err != nil || a.call(ctx, r, ifProps+".Get", []any{ifAccessible, "Parent"}, &parent) != nil ||
+				a.call(ctx, r, ifAccessible+".GetIndexInParent", nil, &index) != nil {
+				return
+			}
+			var up objRef
+			if dbus.Store([]any{parent.Value()}, &up) != nil || up.Name != a.name {
+				return
+			}
+			found[i] = ka.cells[up.Path][index]
+		}()
+	}
+	wg.Wait()
+	for i, x := range found {
+		if gone[i] {
+			continue
+		}
+		if x == nil {
+			return false
+		}
+		delete(ka.byPath, x.it.ref.Path)
+		x.it.ref.Path = paths[i]
+		ka.byPath[paths[i]] = x
+		stale[x] = changedFacts
+	}
+	return true
 }

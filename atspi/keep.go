@@ -3,6 +3,7 @@ package atspi
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -36,21 +37,27 @@ import (
 //     the log by the time its answer is read.
 //   - Children changed (or visible data: a Calc sheet's cells, which are
 //     made per request; an active descendant; a selection) under an
-//     object in the tree: the application is walked again. So it is when
-//     it logged more than maxLogged objects, and, when its tree holds a
-//     sheet, on any event about an object not in the tree (its cells
-//     have other paths than the tree's: the focused cell losing the
-//     focus, measured).
+//     object in the tree: that object's subtree is built again
+//     (mend.go), the rest kept. The application is walked whole when it
+//     logged more than maxLogged objects, when its own children (its
+//     windows) changed, and, when its tree holds a sheet, on an event
+//     about an object neither in the tree nor a cell kept under another
+//     path (placeCells: the focused cell losing the focus is told under
+//     a path no walk saw, measured).
 //   - A window opened or moved sends no event: the application's list of
-//     windows and their boxes, and each document's count of children and
-//     box, are asked again and compared.
-//   - Web engines' trees are not kept: Chromium (its status bubble's
-//     window and its label's URL a change late, a page shown again once
-//     its window is raised, a new window's page attaching to its view)
-//     and Gecko (Thunderbird's buttons' action names) change without
-//     events in ways measured (TestKeptChromium, TestE2EOSWorldImage);
-//     their nodes carry an HTML tag or a class, and they are walked
-//     whole, on the kept session.
+//     windows and their boxes are asked again and compared, and each
+//     document's count of children and box (a document that differs is
+//     built again).
+//   - Web engines change without events in ways measured: Chromium (its
+//     status bubble's window and its label's URL a change late, a page
+//     shown again once its window is raised, a new window's page
+//     attaching to its view, the showing state of what a scroll moves
+//     off the screen) and Gecko (Thunderbird's buttons' action names).
+//     Their nodes carry an HTML tag or a class. Chromium's tree is kept
+//     vetted (vet.go): its cache compared, its views outside the cache
+//     and the ancestors of what changed asked again, every object's
+//     states, attributes and box asked again. Gecko's is walked whole,
+//     on the kept session.
 //   - Only OSWorld's XML is kept: Cua's tree carries no attributes, by
 //     which the walk tells a web engine's nodes.
 //   - A reset (or a revert to a named snapshot) returns the guest's RAM,
@@ -244,8 +251,28 @@ func (kp *keeper) walk(ctx context.Context, g Guest, rc resetCounter, vm string,
 			t = time.AfterFunc(keepIdle, func() { kp.expire(k, t) })
 			k.idle = t
 		}
+		if root != nil {
+			// The kept trees stay the session's: the next walk
+			// mends them while this one's is rendered.
+			root = root.clone()
+		}
 		return root, st, err
 	}
+}
+
+// clone is a copy of n's tree.
+func (n *Node) clone() *Node {
+	c := *n
+	c.States, c.Attrs = slices.Clone(n.States), slices.Clone(n.Attrs)
+	if n.Box != nil {
+		b := *n.Box
+		c.Box = &b
+	}
+	c.Children = nil
+	for _, k := range n.Children {
+		c.Children = append(c.Children, k.clone())
+	}
+	return &c
 }
 
 // sameGuest is whether a and b are the same VM layer (a farm restarted in
@@ -310,26 +337,39 @@ const maxSenders = 256
 
 // keptApp is an application's last tree.
 type keptApp struct {
-	mode    Mode
-	node    *Node
-	nodes   int
-	stats   AppStats
-	byPath  map[dbus.ObjectPath]*walked // its own objects in the tree
-	office  bool                        // LibreOffice (appWalk.vclMenus)
-	windows []objRef                    // its children, as it listed them
+	mode   Mode
+	name   string // its bus name
+	node   *Node
+	stats  AppStats
+	office bool // LibreOffice (appWalk.vclMenus)
+	web    bool // a web engine's: vetted against its cache (vet.go)
+	// snap is a web engine's cache as its tree was last vetted against
+	// it (vet.go).
+	snap    map[dbus.ObjectPath]cacheFact
+	windows []objRef // its children, as it listed them
+	frames  []frameBox
+	// byNode is every walked object of the tree; the rest below is
+	// derived from it and the tree (index).
+	byNode map[*Node]*walked
+
+	nodes  int
+	byPath map[dbus.ObjectPath]*walked // its own objects in the tree
+	parent map[*walked]*walked
+	live   []*walked // a web engine's objects asked again at every reuse (vet.go)
 	// docs are its documents as the walk found them: a page Chromium
 	// shows again (its window raised) comes back without an event
 	// (measured in TestE2EOSWorldImage: the kept tree kept the covered
 	// window's empty document), so each is asked its children's count
 	// and its box again.
 	docs []docCheck
-	// managed: its tree holds an object that manages its descendants
-	// (a Calc sheet), whose children are made anew on each request: an
+	// cells: its tree holds objects that manage their descendants (a
+	// Calc sheet), whose children are made anew on each request: an
 	// event on an object not in the tree may be about one in it under
 	// another path (the focused cell losing its focus, measured in
-	// TestE2EOSWorldImage), so any such event has it walked again.
-	managed bool
-	frames  []frameBox
+	// TestE2EOSWorldImage), so any such event is placed among the
+	// cells kept, by sheet and index (placeCells), or has it walked
+	// again.
+	cells map[dbus.ObjectPath]map[int32]*walked
 }
 
 // frameBox is a top-level window and where it was on the screen.
@@ -431,9 +471,10 @@ func (mm *memo) keep(ref objRef, ka *keptApp) {
 }
 
 // reuse answers ref from its last tree when that still stands, with the
-// objects its events named asked again; nil when it must be walked. Its
-// calls are w's, and a's for the objects asked again.
-func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) *Node {
+// objects its events named asked again; nil when it must be walked, with
+// why when it had a tree (AppStats.Unkept). Its calls are w's, and a's
+// for the objects asked again.
+func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, string) {
 	mm := w.memo
 	mm.mu.Lock()
 	ka := mm.apps[ref.Name]
@@ -442,22 +483,28 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) *Node {
 	}
 	mm.mu.Unlock()
 	if ka == nil || ka.mode != w.mode {
-		return nil
+		return nil, ""
 	}
 	t0 := time.Now()
 	calls := w.calls.Load()
 	// Through the bus, where the application's events travel: its
 	// answer comes after them.
 	if w.call(ctx, objRef{ref.Name, rootPath}, "org.freedesktop.DBus.Peer.Ping", nil) != nil {
-		return nil
+		return nil, "ping"
 	}
 	l := mm.take(ref.Name)
 	if l.overflow {
-		return nil
+		return nil, "overflow"
 	}
+	// Objects whose children changed: their subtrees are built again
+	// (mend.go).
+	reshaped := map[*walked]bool{}
 	for p := range l.reshaped {
-		if ka.byPath[p] != nil || p == ref.Path {
-			return nil // its children changed: walk it
+		if p == ref.Path {
+			return nil, "reshaped" // its windows: walk it
+		}
+		if x := ka.byPath[p]; x != nil {
+			reshaped[x] = true
 		}
 	}
 	// Its windows: the same ones (an application may open one without
@@ -465,32 +512,75 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) *Node {
 	// move sends none).
 	var wins []objRef
 	if w.call(ctx, ref, ifAccessible+".GetChildren", nil, &wins) != nil || !slices.Equal(wins, ka.windows) {
-		return nil
+		return nil, "windows"
 	}
 	boxes, ok := w.frameBoxes(ctx, ka.frames)
 	if !ok {
-		return nil
+		return nil, "frames"
 	}
 	for i, f := range ka.frames {
 		if boxes[i] != f.box {
-			return nil // a window moved
+			return nil, "moved" // a window moved
 		}
 	}
-	if !w.docsStand(ctx, ka.docs) {
-		return nil
+	moved, ok := w.docsMoved(ctx, ka.docs)
+	if !ok {
+		return nil, "documents"
+	}
+	for _, d := range moved {
+		x := ka.byPath[d.Path]
+		if x == nil {
+			return nil, "documents"
+		}
+		reshaped[x] = true
 	}
 	stale := map[*walked]change{}
+	var unknown []dbus.ObjectPath
 	for p, c := range l.changed {
 		if x := ka.byPath[p]; x != nil {
 			stale[x] = c
-		} else if ka.managed {
-			return nil
+		} else if ka.cells != nil {
+			unknown = append(unknown, p)
 		}
 	}
-	if len(stale) > 0 && !w.refresh(ctx, ref, ka, stale) {
-		return nil
+	a := w.newApp(ctx, ref, &AppStats{})
+	a.vclMenus = ka.office
+	// A sheet's cells under other paths (calc.go).
+	if len(unknown) > 0 && !a.placeCells(ctx, ka, unknown, stale) {
+		return nil, "cells"
 	}
+	// A web engine's tree: its cache compared (vet.go).
+	if ka.web && !a.vet(ctx, ka, stale, reshaped) {
+		return nil, "cache"
+	}
+	if len(reshaped) > 0 {
+		xs := slices.Collect(maps.Keys(reshaped))
+		if !a.rebuild(ctx, ka, xs) {
+			return nil, "rebuild"
+		}
+		for x := range stale {
+			if ka.byNode[x.node] != x {
+				delete(stale, x) // built again
+			}
+		}
+		st.Rebuilt = len(xs)
+	}
+	if ka.web {
+		ka.vetMore(stale)
+	}
+	if len(stale) > 0 && !a.refresh(ctx, ka, stale) {
+		return nil, "refresh"
+	}
+	if ka.web {
+		if !a.recheck(ctx, ka, stale) {
+			return nil, "recheck"
+		}
+		ka.snap = a.snap
+	}
+	ka.index() // its documents' counts and boxes as now asked
+	rebuilt := st.Rebuilt
 	*st = ka.stats
+	st.Rebuilt = rebuilt
 	st.Kept, st.Walk, st.Calls, st.Methods, st.Nodes = true, time.Since(t0), int(w.calls.Load()-calls), nil, ka.nodes
 	w.mu.Lock()
 	w.apps++
@@ -499,15 +589,13 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) *Node {
 	w.built.Add(int64(ka.nodes))
 	mm.keep(ref, ka)
 	n := *ka.node // its own top: the caller may rename it
-	return &n
+	return &n, ""
 }
 
 // refresh asks each of stale's objects again what changed, and puts it in
 // its node, its children left as they are: only its box when that alone
 // changed, else all its facts. False when one is gone.
-func (w *walker) refresh(ctx context.Context, ref objRef, ka *keptApp, stale map[*walked]change) bool {
-	a := w.newApp(ctx, ref, &AppStats{})
-	a.vclMenus = ka.office
+func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]change) bool {
 	ok := true
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -532,6 +620,13 @@ func (w *walker) refresh(ctx context.Context, ref objRef, ka *keptApp, stale map
 			}
 			it, err := a.basics(ctx, x.it.ref)
 			if err != nil {
+				mu.Lock()
+				ok = false
+				mu.Unlock()
+				return
+			}
+			if x.it.count >= 0 && it.count != x.it.count {
+				// Its children came or went: an event missed.
 				mu.Lock()
 				ok = false
 				mu.Unlock()
@@ -601,26 +696,11 @@ type docCheck struct {
 	box   [4]int32
 }
 
-// docsOf lists the documents among an application's walked objects.
-func docsOf(all []*walked) []docCheck {
-	var out []docCheck
-	for _, x := range all {
-		if !strings.HasPrefix(x.node.Role, "document") {
-			continue
-		}
-		d := docCheck{ref: x.it.ref, count: x.it.count}
-		if x.node.Box != nil {
-			d.box = *x.node.Box
-		}
-		out = append(out, d)
-	}
-	return out
-}
-
-// docsStand is whether each of docs still has its count of children and
-// its box (none when it had none).
-func (w *walker) docsStand(ctx context.Context, docs []docCheck) bool {
+// docsMoved are those of docs whose count of children or box (none when
+// it had none) is not what it was; false when one does not answer.
+func (w *walker) docsMoved(ctx context.Context, docs []docCheck) ([]objRef, bool) {
 	ok := true
+	var moved []objRef
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, d := range docs {
@@ -636,11 +716,14 @@ func (w *walker) docsStand(ctx context.Context, docs []docCheck) bool {
 			n, _ := count.Value().(int32)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil || n != d.count || (d.box != [4]int32{} && [4]int32{e.X, e.Y, e.W, e.H} != d.box) {
+			switch {
+			case err != nil:
 				ok = false
+			case n != d.count || (d.box != [4]int32{} && [4]int32{e.X, e.Y, e.W, e.H} != d.box):
+				moved = append(moved, d.ref)
 			}
 		}()
 	}
 	wg.Wait()
-	return ok
+	return moved, ok
 }

@@ -89,6 +89,12 @@ type AppStats struct {
 	// Kept: its tree was its last walk's, which still stood (keep.go);
 	// Calls are then the check's, and the rest the last walk's.
 	Kept bool
+	// Rebuilt counts the objects of a kept tree whose subtrees were
+	// built again, their children having changed (mend.go).
+	Rebuilt int
+	// Unkept says why its last tree was walked again: which check
+	// failed (keep.go's reuse), "" when it had none.
+	Unkept string
 }
 
 // objRef is an object's D-Bus reference: the application's bus name and
@@ -310,6 +316,9 @@ type appWalk struct {
 	items    map[dbus.ObjectPath]*item
 	kids     map[dbus.ObjectPath][]*item
 	all      []*walked
+	// snap is its cache as GetItems answered it, what a web engine's
+	// kept tree is checked against (vet.go).
+	snap map[dbus.ObjectPath]cacheFact
 
 	mu      sync.Mutex
 	methods map[string]int
@@ -353,9 +362,11 @@ func (a *appWalk) call(ctx context.Context, r objRef, method string, args []any,
 
 func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 	if w.memo != nil {
-		if n := w.reuse(ctx, ref, st); n != nil {
+		n, why := w.reuse(ctx, ref, st)
+		if n != nil {
 			return n
 		}
+		st.Unkept = why
 		// What it reports from now on is against this walk.
 		w.memo.take(ref.Name)
 	}
@@ -429,24 +440,24 @@ func (a *appWalk) keep(ctx context.Context, ref objRef, node *Node) {
 			wins[i] = it.ref
 		}
 	}
-	byPath := make(map[dbus.ObjectPath]*walked, len(a.all))
-	managed := false
+	ka := &keptApp{mode: a.w.mode, name: ref.Name, node: node, stats: *a.st, office: a.vclMenus, windows: wins, frames: a.frames, byNode: make(map[*Node]*walked, len(a.all))}
 	for _, x := range a.all {
+		ka.byNode[x.node] = x
 		// A web engine's tree (Chromium's, Gecko's: their nodes carry
-		// an HTML tag or a class) changes without events in ways
-		// measured and not all mended (keep.go): it is walked whole.
+		// an HTML tag or a class) changes without events (keep.go):
+		// kept only where its cache vets it (vet.go).
 		if x.node.attr("attr:tag") != "" || x.node.attr("attr:class") != "" {
-			return
-		}
-		if x.it.ref.Name == ref.Name {
-			byPath[x.it.ref.Path] = x
-		}
-		const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
-		if x.it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0 {
-			managed = true
+			ka.web = true
 		}
 	}
-	a.w.memo.keep(ref, &keptApp{mode: a.w.mode, node: node, nodes: len(a.all), stats: *a.st, byPath: byPath, office: a.vclMenus, windows: wins, frames: a.frames, docs: docsOf(a.all), managed: managed})
+	if ka.web {
+		if !a.vettable(ctx, ref) {
+			return
+		}
+		ka.snap = a.snap
+	}
+	ka.index()
+	a.w.memo.keep(ref, ka)
 }
 
 // newApp starts the walk of one application: on its own socket, where it
@@ -479,6 +490,7 @@ func (a *appWalk) loadCache(ctx context.Context, bus string) error {
 	}
 	var items []cacheItem
 	if err := c.Store(&items); err == nil {
+		a.snap = snapshot(items)
 		for _, ci := range items {
 			it := &item{ref: ci.Ref, index: ci.Index, count: ci.Count, ifaces: ci.Ifaces, name: ci.Name, role: ci.Role, parent: ci.Parent.Path, cached: true}
 			copy(it.states[:], ci.States)

@@ -173,7 +173,7 @@ wmctrl -x -r gnome-terminal -e 0,0,760,960,280 2>/dev/null; true`
 		if err := sh(arrange, time.Minute); err != nil {
 			return fmt.Errorf("arrange the windows: %w", err)
 		}
-		out, err := atspi.Read(ctx, m, vm.ID, atspi.ModeOSWorld)
+		out, wst, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
 		missing := ""
 		for _, w := range want {
 			if !strings.Contains(string(out), w) {
@@ -187,7 +187,10 @@ wmctrl -x -r gnome-terminal -e 0,0,760,960,280 2>/dev/null; true`
 		if time.Now().After(deadline) {
 			return fmt.Errorf("scene not up after 6 min: missing %s (%v)", missing, err)
 		}
-		fmt.Fprintf(os.Stderr, "waiting for the scene: missing %s (%v)\n", missing, err)
+		// Is the kept tree behind? A fresh walk says (and ends the
+		// session: the next walk opens another).
+		fresh, _, ferr := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{Fresh: true})
+		fmt.Fprintf(os.Stderr, "waiting for the scene: missing %s (%v)%s; a fresh walk has it: %v (%v)\n", missing, err, appLine(wst), missing != "" && strings.Contains(string(fresh), missing), ferr)
 		time.Sleep(5 * time.Second)
 	}
 	fmt.Fprintf(os.Stderr, "scene up %v after the VM\n", time.Since(start).Round(time.Second))
@@ -237,14 +240,7 @@ wmctrl -x -r gnome-terminal -e 0,0,760,960,280 2>/dev/null; true`
 				mem = ", LibreOffice RSS " + strings.TrimSpace(string(res.Stdout)) + " KiB"
 			}
 		}
-		kept := ""
-		for _, a := range st.PerApp {
-			if a.Kept {
-				kept += fmt.Sprintf(" %s(kept, %d calls)", a.Name, a.Calls)
-			} else {
-				kept += fmt.Sprintf(" %s(%d calls)", a.Name, a.Calls)
-			}
-		}
+		kept := appLine(st)
 		if act {
 			step := s.steps[len(s.steps)-1]
 			if s.perStep == nil {
@@ -412,4 +408,21 @@ func lineDiff(a, b []byte) string {
 		return "identical"
 	}
 	return fmt.Sprintf("%d tags differ: %s", len(diffs), strings.Join(diffs[:min(len(diffs), 5)], "; "))
+}
+
+// appLine is each application's part of a walk: kept or not (and why not,
+// when it had a tree kept), and its calls.
+func appLine(st atspi.Stats) string {
+	var b strings.Builder
+	for _, a := range st.PerApp {
+		switch {
+		case a.Kept:
+			fmt.Fprintf(&b, " %s(kept, %d calls)", a.Name, a.Calls)
+		case a.Unkept != "":
+			fmt.Fprintf(&b, " %s(%d calls, %s; not kept: %s)", a.Name, a.Calls, a.Walk.Round(100*time.Millisecond), a.Unkept)
+		default:
+			fmt.Fprintf(&b, " %s(%d calls, %s)", a.Name, a.Calls, a.Walk.Round(100*time.Millisecond))
+		}
+	}
+	return b.String()
 }
