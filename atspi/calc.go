@@ -3,6 +3,7 @@ package atspi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -251,13 +252,14 @@ const maxPlaced = 16
 // is in no tree, this one's or a fresh walk's: the editing object a
 // typed cell shows while it is typed into. False when one is neither a
 // kept cell nor gone, or does not answer: the application is then walked
-// again.
-func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.ObjectPath, stale map[*walked]change) bool {
+// again, with what the one it could not place is.
+func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.ObjectPath, stale map[*walked]change) (bool, string) {
 	if len(paths) > maxPlaced {
-		return false
+		return false, fmt.Sprintf("%d objects out of the tree", len(paths))
 	}
 	found := make([]*walked, len(paths))
 	gone := make([]bool, len(paths))
+	seen := make([]string, len(paths))
 	var wg sync.WaitGroup
 	for i, p := range paths {
 		wg.Add(1)
@@ -274,15 +276,25 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 			}
 			var parent dbus.Variant
 			var index int32
+			var role uint32
 			if err != nil || a.call(ctx, r, ifProps+".Get", []any{ifAccessible, "Parent"}, &parent) != nil ||
 				a.call(ctx, r, ifAccessible+".GetIndexInParent", nil, &index) != nil {
+				seen[i] = fmt.Sprintf("%s: no parent or index", p)
 				return
 			}
+			_ = a.call(ctx, r, ifAccessible+".GetRole", nil, &role)
 			var up objRef
-			if dbus.Store([]any{parent.Value()}, &up) != nil || up.Name != a.name {
-				return
+			_ = dbus.Store([]any{parent.Value()}, &up)
+			if up.Name == a.name {
+				found[i] = ka.cells[up.Path][index]
 			}
-			found[i] = ka.cells[up.Path][index]
+			if found[i] == nil {
+				var prole string
+				if x := ka.byPath[up.Path]; x != nil {
+					prole = x.node.Role
+				}
+				seen[i] = fmt.Sprintf("a %s, child %d of %s (%s)", roleName(role), index, up.Path, prole)
+			}
 		}()
 	}
 	wg.Wait()
@@ -291,12 +303,12 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 			continue
 		}
 		if x == nil {
-			return false
+			return false, seen[i]
 		}
 		delete(ka.byPath, x.it.ref.Path)
 		x.it.ref.Path = paths[i]
 		ka.byPath[paths[i]] = x
 		stale[x] = changedFacts
 	}
-	return true
+	return true, ""
 }

@@ -510,9 +510,21 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	// Its windows: the same ones (an application may open one without
 	// an event: Chromium's status bubble, measured), where they were (a
 	// move sends none).
+	a := w.newApp(ctx, ref, &AppStats{})
+	a.vclMenus = ka.office
 	var wins []objRef
-	if w.call(ctx, ref, ifAccessible+".GetChildren", nil, &wins) != nil || !slices.Equal(wins, ka.windows) {
+	if w.call(ctx, ref, ifAccessible+".GetChildren", nil, &wins) != nil {
 		return nil, "windows"
+	}
+	fresh := map[*walked]bool{}
+	if !slices.Equal(wins, ka.windows) {
+		if !a.rewindow(ctx, ka, wins) {
+			return nil, "windows"
+		}
+		for _, y := range a.all {
+			fresh[y] = true
+		}
+		st.Rebuilt++
 	}
 	boxes, ok := w.frameBoxes(ctx, ka.frames)
 	if !ok {
@@ -543,14 +555,14 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 			unknown = append(unknown, p)
 		}
 	}
-	a := w.newApp(ctx, ref, &AppStats{})
-	a.vclMenus = ka.office
 	// A sheet's cells under other paths (calc.go).
-	if len(unknown) > 0 && !a.placeCells(ctx, ka, unknown, stale) {
-		return nil, "cells"
+	if len(unknown) > 0 {
+		if ok, what := a.placeCells(ctx, ka, unknown, stale); !ok {
+			return nil, "cells: " + what
+		}
 	}
 	// A web engine's tree: its cache compared (vet.go).
-	if ka.web && !a.vet(ctx, ka, stale, reshaped) {
+	if ka.web && !a.vet(ctx, ka, fresh, stale, reshaped) {
 		return nil, "cache"
 	}
 	if len(reshaped) > 0 {
@@ -563,13 +575,22 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 				delete(stale, x) // built again
 			}
 		}
-		st.Rebuilt = len(xs)
+		st.Rebuilt += len(xs)
 	}
 	if ka.web {
 		ka.vetMore(stale)
 	}
-	if len(stale) > 0 && !a.refresh(ctx, ka, stale) {
-		return nil, "refresh"
+	if len(stale) > 0 {
+		ok, recount := a.refresh(ctx, ka, stale)
+		if !ok {
+			return nil, "refresh"
+		}
+		if len(recount) > 0 {
+			if !a.rebuild(ctx, ka, recount) {
+				return nil, "rebuild"
+			}
+			st.Rebuilt += len(recount)
+		}
 	}
 	if ka.web {
 		if !a.recheck(ctx, ka, stale) {
@@ -594,9 +615,11 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 
 // refresh asks each of stale's objects again what changed, and puts it in
 // its node, its children left as they are: only its box when that alone
-// changed, else all its facts. False when one is gone.
-func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]change) bool {
+// changed, else all its facts. False when one is gone; those whose
+// children came or went are returned, to be built again.
+func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]change) (bool, []*walked) {
 	ok := true
+	var recount []*walked
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for x, c := range stale {
@@ -626,9 +649,10 @@ func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]ch
 				return
 			}
 			if x.it.count >= 0 && it.count != x.it.count {
-				// Its children came or went: an event missed.
+				// Its children came or went without an event
+				// (Chromium's views): built again.
 				mu.Lock()
-				ok = false
+				recount = append(recount, x)
 				mu.Unlock()
 				return
 			}
@@ -647,7 +671,7 @@ func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]ch
 		}()
 	}
 	wg.Wait()
-	return ok && !a.hung.Load() && ctx.Err() == nil
+	return ok && !a.hung.Load() && ctx.Err() == nil, recount
 }
 
 // frameBoxes asks each of frames its box on the screen, through the bus.

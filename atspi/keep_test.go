@@ -390,6 +390,9 @@ func TestKeptChromium(t *testing.T) {
 			}
 		}
 		for _, a := range st.PerApp {
+			if a.Name == "Chromium" && !a.Kept {
+				t.Logf("after focusing %s, Chromium was walked whole (%d calls): its kept tree %q", link, a.Calls, a.Unkept)
+			}
 			if a.Name == "Chromium" && a.Kept {
 				keptSteps++
 				t.Logf("after focusing %s, Chromium's tree was kept and vetted: %d calls for %d nodes, %d subtrees built again", link, a.Calls, a.Nodes, a.Rebuilt)

@@ -2,6 +2,7 @@ package atspi
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -209,4 +210,71 @@ func (a *appWalk) sameChildren(ctx context.Context, ka *keptApp, xs []*walked) [
 		}
 	}
 	return out
+}
+
+// rewindow puts the application's windows as it now lists them (wins) in
+// ka's tree: those it held are kept, new ones built, and the trees of
+// those gone dropped (Chromium opens its status bubble as a window of
+// its own, with no event, as a link gets the focus). False when a new one
+// does not answer.
+func (a *appWalk) rewindow(ctx context.Context, ka *keptApp, wins []objRef) bool {
+	if len(wins) > MaxWidth {
+		return false
+	}
+	old := map[objRef]*Node{}
+	for _, k := range ka.node.Children {
+		if x := ka.byNode[k]; x != nil {
+			old[x.it.ref] = k
+		}
+	}
+	kids := make([]*Node, len(wins))
+	var added []frameBox
+	for i, r := range wins {
+		if k := old[r]; k != nil {
+			kids[i] = k
+			delete(old, r)
+			continue
+		}
+		it, err := a.basics(ctx, r)
+		if err != nil {
+			return false
+		}
+		it.index = int32(i)
+		kids[i] = a.build(ctx, it, 2, "")
+		if it.hasIface(ifComponent) {
+			added = append(added, frameBox{ref: r})
+		}
+	}
+	a.detailing.Wait()
+	boxes, ok := a.w.frameBoxes(ctx, added)
+	if !ok || a.hung.Load() || ctx.Err() != nil {
+		return false
+	}
+	for i := range added {
+		added[i].box = boxes[i]
+	}
+	var drop func(n *Node)
+	drop = func(n *Node) {
+		delete(ka.byNode, n)
+		for _, k := range n.Children {
+			drop(k)
+		}
+	}
+	for _, k := range old {
+		drop(k)
+	}
+	var frames []frameBox
+	for _, f := range ka.frames {
+		if slices.Contains(wins, f.ref) {
+			frames = append(frames, f)
+		}
+	}
+	ka.frames = append(frames, added...)
+	ka.node.Children = slices.DeleteFunc(kids, func(n *Node) bool { return n == nil })
+	ka.windows = wins
+	for _, y := range a.all {
+		ka.byNode[y.node] = y
+	}
+	ka.index()
+	return true
 }

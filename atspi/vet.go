@@ -79,47 +79,46 @@ func (a *appWalk) vettable(ctx context.Context, ref objRef) bool {
 
 // vet asks the application's cache again and compares it with ka's: the
 // objects under which one came, went or moved are added to reshaped, the
-// objects whose other facts changed to stale. False when one such object
+// objects whose other facts changed to stale. Objects built in this reuse
+// (fresh), and objects whose parent is not in the tree (nor then in a
+// fresh walk's), are left alone. False when an object whose facts changed
 // is not in the tree.
-func (a *appWalk) vet(ctx context.Context, ka *keptApp, stale map[*walked]change, reshaped map[*walked]bool) bool {
+func (a *appWalk) vet(ctx context.Context, ka *keptApp, fresh map[*walked]bool, stale map[*walked]change, reshaped map[*walked]bool) bool {
 	a.snap = nil
 	if a.loadCache(ctx, a.name) != nil {
 		return false
 	}
-	// under marks the object at path p as one whose children changed.
-	under := func(p dbus.ObjectPath) bool {
-		x := ka.byPath[p]
-		if x != nil {
+	// under marks the object at path p as one whose children changed:
+	// the application's own children are its windows, compared as a
+	// list (keep.go).
+	under := func(p dbus.ObjectPath) {
+		if x := ka.byPath[p]; x != nil && !fresh[x] && ka.parent[x] != nil {
 			reshaped[x] = true
 		}
-		return x != nil
 	}
 	for p, was := range ka.snap {
-		if _, ok := a.snap[p]; !ok && !under(was.parent) {
-			return false // gone, from a parent not in the tree
+		if _, ok := a.snap[p]; !ok {
+			under(was.parent)
 		}
 	}
 	for p, now := range a.snap {
 		was, ok := ka.snap[p]
 		switch {
 		case !ok:
-			if !under(now.parent) {
-				return false
-			}
+			under(now.parent)
 		case now.parent != was.parent || now.index != was.index:
-			if !under(now.parent) || !under(was.parent) {
-				return false
-			}
+			under(now.parent)
+			under(was.parent)
 		case now.count != was.count:
-			if !under(p) {
-				return false
-			}
+			under(p)
 		case now != was:
 			x := ka.byPath[p]
 			if x == nil {
 				return false // in the cache, not in the tree (past MaxDepth): walk it
 			}
-			stale[x] |= changedFacts
+			if !fresh[x] {
+				stale[x] |= changedFacts
+			}
 		}
 	}
 	return true
@@ -156,10 +155,14 @@ func (ka *keptApp) vetMore(stale map[*walked]change) {
 func (a *appWalk) recheck(ctx context.Context, ka *keptApp, stale map[*walked]change) bool {
 	ok := true
 	moved := map[*walked]change{}
+	built := make(map[*walked]bool, len(a.all))
+	for _, y := range a.all {
+		built[y] = true
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, x := range ka.byPath {
-		if stale[x]&changedFacts != 0 {
+		if stale[x]&changedFacts != 0 || built[x] {
 			continue // asked whole
 		}
 		wg.Add(1)
@@ -207,7 +210,11 @@ func (a *appWalk) recheck(ctx context.Context, ka *keptApp, stale map[*walked]ch
 	if !ok || a.hung.Load() || ctx.Err() != nil {
 		return false
 	}
-	return len(moved) == 0 || a.refresh(ctx, ka, moved)
+	if len(moved) == 0 {
+		return true
+	}
+	ok, recount := a.refresh(ctx, ka, moved)
+	return ok && (len(recount) == 0 || a.rebuild(ctx, ka, recount))
 }
 
 // setAttrs puts attrs in n's attr: attributes, which come first, sorted.
