@@ -250,14 +250,17 @@ const maxPlaced = 16
 // index; a cell found is asked again under its new path (added to
 // stale). An object gone since (its state defunct, or no such object)
 // is in no tree, this one's or a fresh walk's: the editing object a
-// typed cell shows while it is typed into. False when one is neither a
-// kept cell nor gone, or does not answer: the application is then walked
-// again, with what the one it could not place is.
-func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.ObjectPath, stale map[*walked]change) (bool, string) {
+// typed cell shows while it is typed into. One whose parent is in the
+// tree, other than a sheet, is a new child of that parent: its children
+// are built again (added to reshaped; mend.go). False when one is none
+// of these, or does not answer: the application is then walked again,
+// with what the one it could not place is.
+func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.ObjectPath, stale map[*walked]change, reshaped map[*walked]bool) (bool, string) {
 	if len(paths) > maxPlaced {
 		return false, fmt.Sprintf("%d objects out of the tree", len(paths))
 	}
 	found := make([]*walked, len(paths))
+	under := make([]*walked, len(paths))
 	gone := make([]bool, len(paths))
 	seen := make([]string, len(paths))
 	var wg sync.WaitGroup
@@ -287,8 +290,11 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 			_ = dbus.Store([]any{parent.Value()}, &up)
 			if up.Name == a.name {
 				found[i] = ka.cells[up.Path][index]
+				if p := ka.byPath[up.Path]; found[i] == nil && p != nil && !managed(p) {
+					under[i] = p
+				}
 			}
-			if found[i] == nil {
+			if found[i] == nil && under[i] == nil {
 				var prole string
 				if x := ka.byPath[up.Path]; x != nil {
 					prole = x.node.Role
@@ -300,6 +306,10 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 	wg.Wait()
 	for i, x := range found {
 		if gone[i] {
+			continue
+		}
+		if under[i] != nil {
+			reshaped[under[i]] = true
 			continue
 		}
 		if x == nil {

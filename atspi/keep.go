@@ -557,7 +557,7 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	}
 	// A sheet's cells under other paths (calc.go).
 	if len(unknown) > 0 {
-		if ok, what := a.placeCells(ctx, ka, unknown, stale); !ok {
+		if ok, what := a.placeCells(ctx, ka, unknown, stale, reshaped); !ok {
 			return nil, "cells: " + what
 		}
 	}

@@ -407,8 +407,8 @@ func TestKeptChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if keptSteps == 0 {
-		t.Errorf("Chromium's tree was never kept")
+	if keptSteps < 3 {
+		t.Errorf("Chromium's tree was kept after %d of 4 steps; want 3 or more", keptSteps)
 	}
 }
 

@@ -71,16 +71,21 @@ func (ka *keptApp) index() {
 	visit(ka.node, nil, false)
 }
 
-// maxRebuilt bounds the objects whose subtrees one reuse builds again:
+// maxRebuilt bounds the objects whose children one reuse builds again:
 // past it the application is walked whole.
 const maxRebuilt = 16
 
-// rebuild builds again the subtrees of xs (objects of ka whose children
-// changed) and puts them in ka's tree in place of the old. False when one
-// is the application itself, or the build did not finish: it is then
-// walked whole.
+// rebuild puts in ka's tree the children that xs (objects of ka whose
+// children changed) have now: each is asked its children, those the tree
+// holds under the same reference are kept with their subtrees (what
+// changed under them is in their own events), new ones are built and
+// gone ones dropped. An object that manages its descendants (a Calc
+// sheet, whose cells are made per request and never listed whole) is
+// built again whole, as a walk builds it; the application itself gets
+// its windows (rewindow). False when one does not answer, or the build
+// did not finish: it is then walked whole.
 func (a *appWalk) rebuild(ctx context.Context, ka *keptApp, xs []*walked) bool {
-	// Only the outermost: a subtree built again holds the rest.
+	// Only the outermost sheets: a sheet built again holds the rest.
 	in := make(map[*walked]bool, len(xs))
 	for _, x := range xs {
 		in[x] = true
@@ -88,8 +93,8 @@ func (a *appWalk) rebuild(ctx context.Context, ka *keptApp, xs []*walked) bool {
 	var tops []*walked
 	for _, x := range xs {
 		top := true
-		for up := ka.parent[x]; up != nil; up = ka.parent[up] {
-			if in[up] {
+		for up := ka.parent[x]; up != nil && managed(x); up = ka.parent[up] {
+			if in[up] && managed(up) {
 				top = false
 				break
 			}
@@ -102,16 +107,18 @@ func (a *appWalk) rebuild(ctx context.Context, ka *keptApp, xs []*walked) bool {
 		return false
 	}
 	if len(a.items) == 0 {
-		_ = a.loadCache(ctx, a.name) // the subtrees from it where it can
+		_ = a.loadCache(ctx, a.name) // new subtrees from it where it can
 	}
-	tops = a.sameChildren(ctx, ka, tops)
-	if tops == nil {
-		return false
-	}
-	built := make([]*Node, len(tops))
-	for i, x := range tops {
+	var whole []*walked
+	var built []*Node
+	for _, x := range tops {
 		if ka.parent[x] == nil {
-			return false // the application's own children: walk it
+			// The application's own children: its windows.
+			var wins []objRef
+			if a.call(ctx, x.it.ref, ifAccessible+".GetChildren", nil, &wins) != nil || !a.rewindow(ctx, ka, wins) {
+				return false
+			}
+			continue
 		}
 		depth, flag := 1, ""
 		for up := ka.parent[x]; up != nil; up = ka.parent[up] {
@@ -120,35 +127,44 @@ func (a *appWalk) rebuild(ctx context.Context, ka *keptApp, xs []*walked) bool {
 				flag = "calc"
 			}
 		}
-		it := a.items[x.it.ref.Path]
-		if it == nil {
-			var err error
-			if it, err = a.basics(ctx, x.it.ref); err != nil {
-				return false
+		if managed(x) {
+			it := a.items[x.it.ref.Path]
+			if it == nil {
+				var err error
+				if it, err = a.basics(ctx, x.it.ref); err != nil {
+					return false
+				}
 			}
+			it.index, it.parent, it.bounds = x.it.index, x.it.parent, x.it.bounds
+			whole = append(whole, x)
+			built = append(built, a.build(ctx, it, depth, flag))
+			continue
 		}
-		it.index, it.parent, it.bounds = x.it.index, x.it.parent, x.it.bounds
-		built[i] = a.build(ctx, it, depth, flag)
+		if depth >= MaxDepth {
+			continue // a walk builds none of its children
+		}
+		if x.node.Role == "document spreadsheet" {
+			flag = "calc"
+		}
+		var refs []objRef
+		if a.call(ctx, x.it.ref, ifAccessible+".GetChildren", nil, &refs) != nil {
+			return false
+		}
+		a.rechild(ctx, ka, x, refs, depth+1, flag)
+		x.it.count = int32(len(refs))
 	}
 	a.detailing.Wait()
 	if a.hung.Load() || ctx.Err() != nil || a.w.built.Load() >= MaxNodes {
 		return false
 	}
-	for i, x := range tops {
-		var drop func(n *Node)
-		drop = func(n *Node) {
-			delete(ka.byNode, n)
-			for _, k := range n.Children {
-				drop(k)
-			}
-		}
-		drop(x.node)
+	for i, x := range whole {
+		ka.drop(x.node)
 		*x.node = *built[i]
 	}
 	for _, y := range a.all {
 		for i, n := range built {
 			if y.node == n {
-				y.node = tops[i].node
+				y.node = whole[i].node
 			}
 		}
 		ka.byNode[y.node] = y
@@ -157,111 +173,88 @@ func (a *appWalk) rebuild(ctx context.Context, ka *keptApp, xs []*walked) bool {
 	return true
 }
 
-// sameChildren leaves out of xs the objects whose children are the ones
-// the tree holds, in order: a child that came and went between two walks
-// (the editing object LibreOffice adds to a sheet's document while a cell
-// is typed into) changed nothing there, and what changed under the
-// children themselves is in their own events. An object that manages its
-// descendants is never listed whole, and stays. Nil when one does not
-// answer.
-func (a *appWalk) sameChildren(ctx context.Context, ka *keptApp, xs []*walked) []*walked {
-	keep := make([]bool, len(xs))
-	failed := false
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i, x := range xs {
-		const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
-		if x.it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0 {
-			keep[i] = true
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var refs []objRef
-			err := a.call(ctx, x.it.ref, ifAccessible+".GetChildren", nil, &refs)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failed = true
-				return
-			}
-			refs = refs[:min(len(refs), MaxWidth)]
-			if len(refs) != len(x.node.Children) {
-				keep[i] = true
-				return
-			}
-			for j, k := range x.node.Children {
-				if y := ka.byNode[k]; y == nil || y.it.ref != refs[j] {
-					keep[i] = true
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if failed {
-		return nil
-	}
-	out := []*walked{}
-	for i, x := range xs {
-		if keep[i] {
-			out = append(out, x)
-		}
-	}
-	return out
+// managed is whether x manages its descendants.
+func managed(x *walked) bool {
+	const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
+	return x.it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0
 }
 
-// rewindow puts the application's windows as it now lists them (wins) in
-// ka's tree: those it held are kept, new ones built, and the trees of
-// those gone dropped (Chromium opens its status bubble as a window of
-// its own, with no event, as a link gets the focus). False when a new one
-// does not answer.
-func (a *appWalk) rewindow(ctx context.Context, ka *keptApp, wins []objRef) bool {
-	if len(wins) > MaxWidth {
-		return false
+// drop takes n's subtree out of ka's objects.
+func (ka *keptApp) drop(n *Node) {
+	delete(ka.byNode, n)
+	for _, k := range n.Children {
+		ka.drop(k)
 	}
+}
+
+// rechild makes refs x's children: those x held under the same reference
+// kept, new ones built at depth (their details still coming: the caller
+// waits on a.detailing), and the subtrees of those gone dropped. A child
+// that does not answer is left out, as a walk leaves it.
+func (a *appWalk) rechild(ctx context.Context, ka *keptApp, x *walked, refs []objRef, depth int, flag string) {
+	refs = refs[:min(len(refs), MaxWidth)]
 	old := map[objRef]*Node{}
-	for _, k := range ka.node.Children {
-		if x := ka.byNode[k]; x != nil {
-			old[x.it.ref] = k
+	for _, k := range x.node.Children {
+		if y := ka.byNode[k]; y != nil {
+			old[y.it.ref] = k
 		}
 	}
-	kids := make([]*Node, len(wins))
-	var added []frameBox
-	for i, r := range wins {
+	kids := make([]*Node, len(refs))
+	var wg sync.WaitGroup
+	for i, r := range refs {
 		if k := old[r]; k != nil {
 			kids[i] = k
 			delete(old, r)
 			continue
 		}
-		it, err := a.basics(ctx, r)
-		if err != nil {
-			return false
+		if r.Path == "" || r.Path == nullPath {
+			continue
 		}
-		it.index = int32(i)
-		kids[i] = a.build(ctx, it, 2, "")
-		if it.hasIface(ifComponent) {
-			added = append(added, frameBox{ref: r})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			it := a.items[r.Path]
+			if it == nil || r.Name != a.name {
+				var err error
+				if it, err = a.basics(ctx, r); err != nil {
+					return
+				}
+			}
+			it.index = int32(i)
+			kids[i] = a.build(ctx, it, depth, flag)
+		}()
+	}
+	wg.Wait()
+	for _, k := range old {
+		ka.drop(k)
+	}
+	x.node.Children = slices.DeleteFunc(kids, func(n *Node) bool { return n == nil })
+}
+
+// rewindow puts the application's windows as it now lists them (wins) in
+// ka's tree, as rechild does for any object, and where the new ones are
+// on the screen (Chromium opens its status bubble as a window of its
+// own, with no event, as a link gets the focus). False when one does not
+// answer.
+func (a *appWalk) rewindow(ctx context.Context, ka *keptApp, wins []objRef) bool {
+	top := ka.byNode[ka.node]
+	if top == nil {
+		return false
+	}
+	a.rechild(ctx, ka, top, wins, 2, "")
+	a.detailing.Wait()
+	var added []frameBox
+	for _, y := range a.all {
+		if slices.Contains(wins, y.it.ref) && y.it.hasIface(ifComponent) {
+			added = append(added, frameBox{ref: y.it.ref})
 		}
 	}
-	a.detailing.Wait()
 	boxes, ok := a.w.frameBoxes(ctx, added)
 	if !ok || a.hung.Load() || ctx.Err() != nil {
 		return false
 	}
 	for i := range added {
 		added[i].box = boxes[i]
-	}
-	var drop func(n *Node)
-	drop = func(n *Node) {
-		delete(ka.byNode, n)
-		for _, k := range n.Children {
-			drop(k)
-		}
-	}
-	for _, k := range old {
-		drop(k)
 	}
 	var frames []frameBox
 	for _, f := range ka.frames {
@@ -270,8 +263,8 @@ func (a *appWalk) rewindow(ctx context.Context, ka *keptApp, wins []objRef) bool
 		}
 	}
 	ka.frames = append(frames, added...)
-	ka.node.Children = slices.DeleteFunc(kids, func(n *Node) bool { return n == nil })
 	ka.windows = wins
+	top.it.count = int32(len(wins))
 	for _, y := range a.all {
 		ka.byNode[y.node] = y
 	}
