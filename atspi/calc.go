@@ -238,6 +238,9 @@ func cellName(index, ncols int64) string {
 	return string(letters) + strconv.FormatInt(row+1, 10)
 }
 
+// maxClimb bounds the parents asked above an object out of the tree.
+const maxClimb = 16
+
 // maxPlaced bounds the objects out of a kept tree that one reuse looks
 // for among its sheets' cells: past it the application is walked again.
 const maxPlaced = 16
@@ -250,11 +253,14 @@ const maxPlaced = 16
 // index; a cell found is asked again under its new path (added to
 // stale). An object gone since (its state defunct, or no such object)
 // is in no tree, this one's or a fresh walk's: the editing object a
-// typed cell shows while it is typed into. One whose parent is in the
-// tree, other than a sheet, is a new child of that parent: its children
-// are built again (added to reshaped; mend.go). False when one is none
-// of these, or does not answer: the application is then walked again,
-// with what the one it could not place is.
+// typed cell shows while it is typed into. Otherwise its parents are
+// asked up to the first in the tree (other than a sheet), which gets
+// the children it lists now (added to reshaped; mend.go): a new child
+// is built, and an object it does not list (a popup's, a tooltip's) is in
+// no tree. One whose parents lead out of the application is in none of
+// its windows. False when one is none of these, or does not answer: the
+// application is then walked again, with what the one it could not
+// place is.
 func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.ObjectPath, stale map[*walked]change, reshaped map[*walked]bool) (bool, string) {
 	if len(paths) > maxPlaced {
 		return false, fmt.Sprintf("%d objects out of the tree", len(paths))
@@ -288,18 +294,32 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 			_ = a.call(ctx, r, ifAccessible+".GetRole", nil, &role)
 			var up objRef
 			_ = dbus.Store([]any{parent.Value()}, &up)
-			if up.Name == a.name {
-				found[i] = ka.cells[up.Path][index]
-				if p := ka.byPath[up.Path]; found[i] == nil && p != nil && !managed(p) {
-					under[i] = p
+			if up.Name != a.name {
+				gone[i] = true // another application's, or none: in no window of this one
+				return
+			}
+			if found[i] = ka.cells[up.Path][index]; found[i] != nil {
+				return
+			}
+			// Not a cell: up the parents, to the first in the tree.
+			for range maxClimb {
+				if x := ka.byPath[up.Path]; x != nil {
+					if !managed(x) {
+						under[i] = x
+					}
+					break
+				}
+				var v dbus.Variant
+				if a.call(ctx, up, ifProps+".Get", []any{ifAccessible, "Parent"}, &v) != nil {
+					break
+				}
+				if dbus.Store([]any{v.Value()}, &up) != nil || up.Name != a.name || up.Path == nullPath {
+					gone[i] = true // in no window of this one
+					return
 				}
 			}
-			if found[i] == nil && under[i] == nil {
-				var prole string
-				if x := ka.byPath[up.Path]; x != nil {
-					prole = x.node.Role
-				}
-				seen[i] = fmt.Sprintf("a %s, child %d of %s (%s)", roleName(role), index, up.Path, prole)
+			if under[i] == nil {
+				seen[i] = fmt.Sprintf("a %s, child %d of %s, above which none is in the tree", roleName(role), index, up.Path)
 			}
 		}()
 	}
