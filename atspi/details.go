@@ -59,7 +59,7 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 			// -1: to the end (atk_text_get_text), one call where
 			// pyatspi makes two (characterCount, then getText).
 			if a.call(ctx, it.ref, ifText+".GetText", []any{int32(0), int32(-1)}, &text) == nil {
-				text = strings.NewReplacer("\ufffc", "", "\ufffd", "").Replace(text)
+				text = objectChars.Replace(text)
 			}
 		})
 	}
@@ -153,6 +153,10 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		n.Attrs = append(n.Attrs, Attr{"act:" + name + "_desc", act.Desc}, Attr{"act:" + name + "_kb", act.KB})
 	}
 }
+
+// objectChars are the characters a text holds for its embedded objects
+// and for what it cannot say, which OSWorld's XML leaves out.
+var objectChars = strings.NewReplacer("\ufffc", "", "\ufffd", "")
 
 // setBox sets n's box, and its attributes that say it.
 func (n *Node) setBox(box *[4]int32) {

@@ -597,6 +597,8 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 			return nil, "recheck"
 		}
 		ka.snap = a.snap
+	} else if !a.reboxed(ctx, ka, stale) {
+		return nil, "recheck"
 	}
 	ka.index() // its documents' counts and boxes as now asked
 	rebuilt := st.Rebuilt

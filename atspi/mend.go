@@ -271,3 +271,53 @@ func (a *appWalk) rewindow(ctx context.Context, ka *keptApp, wins []objRef) bool
 	ka.index()
 	return true
 }
+
+// reboxed asks every object of ka's tree on the screen, but a sheet's
+// cells, its box again, and LibreOffice's its text: LibreOffice's status
+// bar fields move and resize as one of them changes, and its formula
+// bar's text follows the cursor, without an event (bench/a11y's kept
+// tree against a fresh one after a number typed into Calc, 2026-12-03).
+// A sheet's cells move only with the sheet, which tells it. False when
+// one does not answer.
+func (a *appWalk) reboxed(ctx context.Context, ka *keptApp, stale map[*walked]change) bool {
+	built := make(map[*walked]bool, len(a.all))
+	for _, y := range a.all {
+		built[y] = true
+	}
+	ok := true
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, x := range ka.byPath {
+		if x.node.Box == nil || stale[x]&changedFacts != 0 || built[x] {
+			continue
+		}
+		if up := ka.parent[x]; up != nil && managed(up) {
+			continue // a cell
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var e struct{ X, Y, W, H int32 }
+			err := a.call(ctx, x.it.ref, ifComponent+".GetExtents", []any{uint32(0)}, &e)
+			var text string
+			asked := ka.office && x.it.hasIface(ifText)
+			if err == nil && asked {
+				err = a.call(ctx, x.it.ref, ifText+".GetText", []any{int32(0), int32(-1)}, &text)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				ok = false
+				return
+			}
+			if b := [4]int32{e.X, e.Y, e.W, e.H}; b != *x.node.Box {
+				x.node.setBox(&b)
+			}
+			if asked {
+				x.node.Text = objectChars.Replace(text)
+			}
+		}()
+	}
+	wg.Wait()
+	return ok && !a.hung.Load() && ctx.Err() == nil
+}
