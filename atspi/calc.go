@@ -294,7 +294,7 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 			_ = a.call(ctx, r, ifAccessible+".GetRole", nil, &role)
 			var up objRef
 			_ = dbus.Store([]any{parent.Value()}, &up)
-			if up.Name != a.name {
+			if up.Name != a.name || up.Path == nullPath {
 				gone[i] = true // another application's, or none: in no window of this one
 				return
 			}

@@ -474,7 +474,7 @@ func firstDiff(got, want []string) string {
 
 // tabMemory is the memory figure in Chromium's tabs' names ("Page -
 // Memory usage - 24.5 MB").
-var tabMemory = regexp.MustCompile(` - Memory usage - [0-9.]+ [KMG]B`)
+var tabMemory = regexp.MustCompile(` - Memory usage - [0-9.]+ [KMG]B|name="[0-9]{1,2}:[0-9]{2}"|>[0-9]{1,2}:[0-9]{2}<`)
 
 // appXML is the application named name's part of OSWorld's XML, "" when
 // it has none.
