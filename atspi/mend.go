@@ -51,8 +51,7 @@ func (ka *keptApp) index() {
 		if ka.web && !inDoc && !x.it.cached {
 			ka.live = append(ka.live, x)
 		}
-		const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
-		if x.it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0 {
+		if managed(x) {
 			if ka.cells == nil {
 				ka.cells = map[dbus.ObjectPath]map[int32]*walked{}
 			}
@@ -174,10 +173,7 @@ func (a *appWalk) rebuild(ctx context.Context, ka *keptApp, xs []*walked) bool {
 }
 
 // managed is whether x manages its descendants.
-func managed(x *walked) bool {
-	const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
-	return x.it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0
-}
+func managed(x *walked) bool { return x.it.managesDescendants() }
 
 // drop takes n's subtree out of ka's objects.
 func (ka *keptApp) drop(n *Node) {

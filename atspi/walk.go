@@ -141,6 +141,12 @@ func (it *item) stateNames() []string {
 	return out
 }
 
+// managesDescendants: its children are made per request (a Calc sheet).
+func (it *item) managesDescendants() bool {
+	const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
+	return it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0
+}
+
 func (it *item) showing() bool {
 	const showing = 25 // ATSPI_STATE_SHOWING
 	return it.states[0]&(1<<showing) != 0
@@ -669,8 +675,7 @@ const nullPath = "/org/a11y/atspi/null"
 // all, and for objects that manage their descendants (a Calc sheet's
 // million cells: never listed whole), which are asked per index.
 func (a *appWalk) childList(ctx context.Context, it *item, n int) []objRef {
-	const managesDescendants = 31 // ATSPI_STATE_MANAGES_DESCENDANTS
-	if n < 2 || it.states[managesDescendants/32]&(1<<(managesDescendants%32)) != 0 {
+	if n < 2 || it.managesDescendants() {
 		return nil
 	}
 	var refs []objRef
