@@ -69,10 +69,15 @@ func startSession(t *testing.T) *desktop {
 		t.Fatalf("Xvfb named no display: %v", err)
 	}
 	display := ":" + strings.TrimSpace(n)
-	d.env = []string{"DISPLAY=" + display, "HOME=" + t.TempDir(), "LANG=C.UTF-8", "PATH=/usr/bin:/bin"}
+	// A home and a runtime directory of the test's own: the accessibility
+	// bus launcher puts its socket in $XDG_RUNTIME_DIR, else under $HOME
+	// (~/.cache/at-spi/bus), where another test's, or the host's, would
+	// replace it (TestKeptChromium lost its bus so beside a CI run).
+	d.env = []string{"DISPLAY=" + display, "HOME=" + t.TempDir(), "XDG_RUNTIME_DIR=" + t.TempDir(), "LANG=C.UTF-8", "PATH=/usr/bin:/bin"}
 	// The session bus prints its address; the services it starts (the
-	// accessibility bus launcher, the registry) stay in its process group.
-	_, out := d.start(t, nil, "dbus-daemon", "--session", "--nofork", "--print-address=1")
+	// accessibility bus launcher, the registry) stay in its process group
+	// and take its environment.
+	_, out := d.start(t, d.env, "dbus-daemon", "--session", "--nofork", "--print-address=1")
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("session bus address: %v", err)
