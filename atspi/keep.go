@@ -37,17 +37,19 @@ import (
 //     the log by the time its answer is read.
 //   - Children changed (or visible data: a Calc sheet's cells, which are
 //     made per request; an active descendant; a selection) under an
-//     object in the tree: that object's subtree is built again
-//     (mend.go), the rest kept. The application is walked whole when it
-//     logged more than maxLogged objects, when its own children (its
-//     windows) changed, and, when its tree holds a sheet, on an event
-//     about an object neither in the tree nor a cell kept under another
-//     path (placeCells: the focused cell losing the focus is told under
-//     a path no walk saw, measured).
+//     object in the tree: that object lists its children again, and
+//     new ones are built (mend.go), the rest kept; a sheet is built
+//     again whole. The application is walked whole when it logged more
+//     than maxLogged objects, and, when its tree holds a sheet, on an
+//     event about an object it cannot place: neither a cell kept under
+//     another path (the focused cell losing the focus is told under a
+//     path no walk saw, measured), nor gone, nor under an object of the
+//     tree (placeCells).
 //   - A window opened or moved sends no event: the application's list of
-//     windows and their boxes are asked again and compared, and each
-//     document's count of children and box (a document that differs is
-//     built again).
+//     windows is asked again (new ones built, gone ones dropped), their
+//     boxes compared (a moved window has the application walked again),
+//     and each document's count of children and box (a document that
+//     differs lists its children again).
 //   - Web engines change without events in ways measured: Chromium (its
 //     status bubble's window and its label's URL a change late, a page
 //     shown again once its window is raised, a new window's page
@@ -611,8 +613,7 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	w.mu.Unlock()
 	w.built.Add(int64(ka.nodes))
 	mm.keep(ref, ka)
-	n := *ka.node // its own top: the caller may rename it
-	return &n, ""
+	return ka.node, "" // the walk hands out a copy (keeper.walk)
 }
 
 // refresh asks each of stale's objects again what changed, and puts it in
