@@ -611,7 +611,8 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	w.apps++
 	w.nodes += ka.nodes
 	w.mu.Unlock()
-	w.built.Add(int64(ka.nodes))
+	// Against MaxNodes: the nodes built in this reuse are counted.
+	w.built.Add(int64(ka.nodes - len(a.all)))
 	mm.keep(ref, ka)
 	return ka.node, "" // the walk hands out a copy (keeper.walk)
 }
