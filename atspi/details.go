@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,8 +15,11 @@ import (
 
 // detail asks a node's details, what OSWorld's XML carries of an object
 // beyond its role, name and states (attributes, the screen box, text, Value,
-// actions), as the node is built, and sets them on its node.
-func (a *appWalk) detail(ctx context.Context, x *walked) {
+// actions), as the node is built, and sets them on its node. Lost: it is
+// on the screen but did not answer its box (an object past its lease, or
+// disposed of, answers an error), which a fresh walk, asking a new object,
+// would have.
+func (a *appWalk) detail(ctx context.Context, x *walked) (lost bool) {
 	n, it := x.node, x.it
 	full := a.w.mode == ModeOSWorld
 	var (
@@ -46,7 +50,7 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 			_ = a.call(ctx, it.ref, ifAccessible+".GetAttributes", nil, &attrs)
 		})
 	}
-	if n.has("visible") && n.has("showing") && it.hasIface(ifComponent) && a.w.mode != ModeTerminal {
+	if a.wantsBox(x) {
 		do(func() {
 			var e struct{ X, Y, W, H int32 }
 			if a.call(ctx, it.ref, ifComponent+".GetExtents", []any{uint32(0)}, &e) == nil {
@@ -119,6 +123,7 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		})
 	}
 	wg.Wait()
+	lost = box == nil && a.wantsBox(x)
 	n.Text, n.Box = text, box
 	keys := make([]string, 0, len(attrs))
 	for k := range attrs {
@@ -135,7 +140,7 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		n.setBox(box)
 	}
 	if !full {
-		return
+		return lost
 	}
 	if it.hasIface(ifImage) {
 		n.Attrs = append(n.Attrs, Attr{"image", "true"})
@@ -152,14 +157,29 @@ func (a *appWalk) detail(ctx context.Context, x *walked) {
 		name := strings.ReplaceAll(act.Name, " ", "-")
 		n.Attrs = append(n.Attrs, Attr{"act:" + name + "_desc", act.Desc}, Attr{"act:" + name + "_kb", act.KB})
 	}
+	return lost
+}
+
+// wantsBox says whether x's node carries a box: one visible and showing
+// with the Component interface, but in the terminal's mode.
+func (a *appWalk) wantsBox(x *walked) bool {
+	return x.node.has("visible") && x.node.has("showing") && x.it.hasIface(ifComponent) && a.w.mode != ModeTerminal
 }
 
 // objectChars are the characters a text holds for its embedded objects
 // and for what it cannot say, which OSWorld's XML leaves out.
 var objectChars = strings.NewReplacer("\ufffc", "", "\ufffd", "")
 
-// setBox sets n's box, and its attributes that say it.
+// setBox sets n's box, and its attributes that say it: after its attr:
+// attributes, as detail writes them, when it had none.
 func (n *Node) setBox(box *[4]int32) {
+	if n.Box == nil && !slices.ContainsFunc(n.Attrs, func(a Attr) bool { return a.Key == "cp:screencoord" }) {
+		i := 0
+		for i < len(n.Attrs) && strings.HasPrefix(n.Attrs[i].Key, "attr:") {
+			i++
+		}
+		n.Attrs = slices.Insert(n.Attrs, i, Attr{Key: "cp:screencoord"}, Attr{Key: "cp:size"})
+	}
 	n.Box = box
 	for i := range n.Attrs {
 		switch n.Attrs[i].Key {

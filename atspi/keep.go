@@ -60,6 +60,11 @@ import (
 //     and the ancestors of what changed asked again, every object's
 //     states, attributes and box asked again. Gecko's is walked whole,
 //     on the kept session.
+//   - An object on the screen without a box did not answer it when last
+//     asked (a cell past its 15 s lease, or one LibreOffice disposed of):
+//     it is asked whole again, a sheet's cell under a new object from
+//     its sheet; a cell that still does not answer has the application
+//     walked again (CI at 1f1c532 kept a B1 on the screen without one).
 //   - Only OSWorld's XML is kept: Cua's tree carries no attributes, by
 //     which the walk tells a web engine's nodes.
 //   - A reset (or a revert to a named snapshot) returns the guest's RAM,
@@ -582,6 +587,13 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	if ka.web {
 		ka.vetMore(stale)
 	}
+	// An object on the screen without a box did not answer it when last
+	// asked (a cell past its lease): asked again, as a fresh walk would.
+	for _, x := range ka.byPath {
+		if x.node.Box == nil && a.wantsBox(x) {
+			stale[x] |= changedFacts
+		}
+	}
 	if len(stale) > 0 {
 		ok, recount := a.refresh(ctx, ka, stale)
 		if !ok {
@@ -624,6 +636,12 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]change) (bool, []*walked) {
 	ok := true
 	var recount []*walked
+	cell := make(map[*walked]*walked) // a cell's sheet
+	for x := range stale {
+		if up := ka.parent[x]; up != nil && managed(up) {
+			cell[x] = up
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for x, c := range stale {
@@ -645,37 +663,61 @@ func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]ch
 				x.node.setBox(&[4]int32{e.X, e.Y, e.W, e.H})
 				return
 			}
-			it, err := a.basics(ctx, x.it.ref)
-			if err != nil {
-				mu.Lock()
-				ok = false
-				mu.Unlock()
-				return
+			it, n, lost, err := a.ask(ctx, x, x.it.ref)
+			if (err != nil || lost) && cell[x] != nil {
+				// A sheet's cell, asked under the object an event
+				// or an earlier walk handed out, which may be past
+				// its lease (walk.go's build) or disposed of: CI at
+				// 1f1c532 kept a B1 on the screen without its box.
+				// Asked again under a new object, as a fresh walk
+				// asks it. Any other object is the one a fresh
+				// walk asks, so a box it lost is lost there too.
+				if r, found := a.childAt(ctx, cell[x].it.ref, int64(x.it.index)); found && r.Name == a.name {
+					it, n, lost, err = a.ask(ctx, x, r)
+				}
 			}
-			if x.it.count >= 0 && it.count != x.it.count {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil || lost && cell[x] != nil:
+				ok = false
+			case n == nil:
 				// Its children came or went without an event
 				// (Chromium's views): built again.
-				mu.Lock()
 				recount = append(recount, x)
-				mu.Unlock()
-				return
+			default:
+				n.Children = x.node.Children
+				*x.node = *n
+				if it.ref != x.it.ref {
+					delete(ka.byPath, x.it.ref.Path)
+					ka.byPath[it.ref.Path] = x
+				}
+				x.it = it
 			}
-			it.index, it.parent, it.bounds = x.it.index, x.it.parent, x.it.bounds
-			role := roleName(it.role)
-			if role == "" {
-				role = x.node.Role
-			}
-			n := &Node{Role: role, Name: it.name, States: it.stateNames()}
-			a.detail(ctx, &walked{node: n, it: it})
-			mu.Lock()
-			n.Children = x.node.Children
-			*x.node = *n
-			x.it = it
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	return ok && !a.hung.Load() && ctx.Err() == nil, recount
+}
+
+// ask asks x's object, under r, its basics and its details again, for a
+// node in place of x's, its children not set (nil when their count
+// changed). Lost: it is on the screen but did not answer its box.
+func (a *appWalk) ask(ctx context.Context, x *walked, r objRef) (it *item, n *Node, lost bool, err error) {
+	if it, err = a.basics(ctx, r); err != nil {
+		return nil, nil, false, err
+	}
+	if x.it.count >= 0 && it.count != x.it.count {
+		return it, nil, false, nil // built again: refresh
+	}
+	it.index, it.parent, it.bounds = x.it.index, x.it.parent, x.it.bounds
+	role := roleName(it.role)
+	if role == "" {
+		role = x.node.Role
+	}
+	n = &Node{Role: role, Name: it.name, States: it.stateNames()}
+	lost = a.detail(ctx, &walked{node: n, it: it})
+	return it, n, lost, nil
 }
 
 // frameBoxes asks each of frames its box on the screen, through the bus.

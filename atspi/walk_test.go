@@ -2,6 +2,7 @@ package atspi
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,5 +105,25 @@ func TestCellName(t *testing.T) {
 		if got := cellName(c.index, c.ncols); got != c.want {
 			t.Errorf("cellName(%d, %d) = %q, want %q", c.index, c.ncols, got, c.want)
 		}
+	}
+}
+
+// A box set on a node that had none (a cell that did not answer it when
+// first asked) is written where a fresh walk writes it: after the attr:
+// attributes, before the Value's, as OSWorld's XML orders them.
+func TestSetBoxAdds(t *testing.T) {
+	n := &Node{Attrs: []Attr{{"attr:Formula", ""}, {"val:value", "0.0"}}}
+	n.setBox(&[4]int32{123, 159, 82, 17})
+	n.setBox(&[4]int32{123, 160, 82, 17})
+	var got []string
+	for _, a := range n.Attrs {
+		got = append(got, a.Key+"="+a.Value)
+	}
+	want := []string{"attr:Formula=", "cp:screencoord=(123, 160)", "cp:size=(82, 17)", "val:value=0.0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("attributes after setBox: %q, want %q", got, want)
+	}
+	if n.Box == nil || *n.Box != [4]int32{123, 160, 82, 17} {
+		t.Errorf("box %v, want [123 160 82 17]", n.Box)
 	}
 }
