@@ -316,6 +316,22 @@ type memo struct {
 	mu     sync.Mutex
 	events map[string]*eventLog
 	apps   map[string]*keptApp
+	// unkept says why an application's last walk was not kept, for the
+	// next walk's AppStats.Unkept.
+	unkept map[string]string
+}
+
+// notKept records why name's last walk was not kept.
+func (mm *memo) notKept(name, why string) {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	if mm.unkept == nil {
+		mm.unkept = map[string]string{}
+	}
+	if len(mm.unkept) >= maxSenders {
+		clear(mm.unkept)
+	}
+	mm.unkept[name] = why
 }
 
 // eventLog is what one application reported since its log was last taken.
@@ -440,6 +456,7 @@ func (mm *memo) DeliverSignal(iface, member string, sig *dbus.Signal) {
 			// over.
 			clear(mm.events)
 			clear(mm.apps)
+			clear(mm.unkept)
 		}
 		l = &eventLog{changed: map[dbus.ObjectPath]change{}, reshaped: map[dbus.ObjectPath]bool{}}
 		mm.events[sig.Sender] = l
@@ -474,12 +491,14 @@ func (mm *memo) take(name string) *eventLog {
 func (mm *memo) keep(ref objRef, ka *keptApp) {
 	mm.mu.Lock()
 	mm.apps[ref.Name] = ka
+	delete(mm.unkept, ref.Name)
 	mm.mu.Unlock()
 }
 
 // reuse answers ref from its last tree when that still stands, with the
 // objects its events named asked again; nil when it must be walked, with
-// why when it had a tree (AppStats.Unkept). Its calls are w's, and a's
+// why (AppStats.Unkept): the check that failed, or why its last walk was
+// not kept; "" when it was never walked. Its calls are w's, and a's
 // for the objects asked again.
 func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, string) {
 	mm := w.memo
@@ -488,9 +507,10 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	if ka != nil && ka.mode == w.mode {
 		delete(mm.apps, ref.Name) // kept again below, or walked anew
 	}
+	why := mm.unkept[ref.Name]
 	mm.mu.Unlock()
 	if ka == nil || ka.mode != w.mode {
-		return nil, ""
+		return nil, why
 	}
 	t0 := time.Now()
 	calls := w.calls.Load()

@@ -2,6 +2,7 @@ package atspi
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -63,18 +64,20 @@ func snapshot(items []cacheItem) map[dbus.ObjectPath]cacheFact {
 // Application.ToolkitName).
 const vetToolkit = "Chromium"
 
-// vettable is whether the application a walked, a web engine, may be kept
-// as a vetted tree: Chromium, which keeps a cache.
-func (a *appWalk) vettable(ctx context.Context, ref objRef) bool {
+// vettable says why the application a walked, a web engine, may not be
+// kept as a vetted tree; "" when it may: Chromium, which keeps a cache.
+func (a *appWalk) vettable(ctx context.Context, ref objRef) string {
 	if a.snap == nil {
-		return false
+		return "last walk: a web engine without a cache to vet"
 	}
 	var v dbus.Variant
 	if a.call(ctx, ref, ifProps+".Get", []any{ifApp, "ToolkitName"}, &v) != nil {
-		return false
+		return "last walk: a web engine whose toolkit did not answer"
 	}
-	tk, _ := v.Value().(string)
-	return tk == vetToolkit
+	if tk, _ := v.Value().(string); tk != vetToolkit {
+		return fmt.Sprintf("last walk: a web engine not vetted (toolkit %q; only %s's is)", tk, vetToolkit)
+	}
+	return ""
 }
 
 // vet asks the application's cache again and compares it with ka's: the

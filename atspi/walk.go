@@ -92,8 +92,10 @@ type AppStats struct {
 	// Rebuilt counts the objects of a kept tree whose subtrees were
 	// built again, their children having changed (mend.go).
 	Rebuilt int
-	// Unkept says why its last tree was walked again: which check
-	// failed (keep.go's reuse), "" when it had none.
+	// Unkept says why it was walked whole on a kept session: which
+	// check of its last tree failed (keep.go's reuse), or why its last
+	// walk was not kept (a web engine not vetted: Gecko's); "" on its
+	// first walk.
 	Unkept string
 }
 
@@ -432,10 +434,15 @@ func (w *walker) app(ctx context.Context, ref objRef, st *AppStats) *Node {
 // walks to reuse while it stands (keep.go): only a whole tree, built in
 // time with no call lapsed, with where its windows were.
 func (a *appWalk) keep(ctx context.Context, ref objRef, node *Node) {
-	if ctx.Err() != nil || a.hung.Load() || a.w.built.Load() >= MaxNodes {
+	switch {
+	case ctx.Err() != nil || a.hung.Load():
+		a.w.memo.notKept(ref.Name, "last walk: cut short (a call timed out, or the request ended)")
 		return
-	}
-	if !a.framesOK {
+	case a.w.built.Load() >= MaxNodes:
+		a.w.memo.notKept(ref.Name, "last walk: past MaxNodes")
+		return
+	case !a.framesOK:
+		a.w.memo.notKept(ref.Name, "last walk: a window's box unanswered")
 		return
 	}
 	// Its windows as the build found them: a window opened since is
@@ -457,7 +464,8 @@ func (a *appWalk) keep(ctx context.Context, ref objRef, node *Node) {
 		}
 	}
 	if ka.web {
-		if !a.vettable(ctx, ref) {
+		if why := a.vettable(ctx, ref); why != "" {
+			a.w.memo.notKept(ref.Name, why)
 			return
 		}
 		ka.snap = a.snap

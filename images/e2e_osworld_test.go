@@ -404,6 +404,12 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 		}
 	}
 	t.Logf("walked whole after a step in the terminal: %v", unkept)
+	for _, a := range kst.PerApp {
+		// What a caller reading the stats sees of why.
+		if a.Name == "Thunderbird" && !strings.Contains(a.Unkept, "not vetted") {
+			t.Errorf("Thunderbird walked whole with the reason %q, want one saying its web engine is not vetted", a.Unkept)
+		}
+	}
 	if len(keptApps) < 4 {
 		t.Errorf("after a step in the terminal, the applications kept were %v; want four or more (Thunderbird, a web engine, is walked whole)", keptApps)
 	}
