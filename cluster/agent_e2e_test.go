@@ -139,7 +139,19 @@ func TestWritesPerEpisodeE2E(t *testing.T) {
 	createPool(t, dyn, ns, "tiny", DesktopPoolSpec{Image: "tiny", WarmPerNode: 1})
 	a := startAgent(t, cp, ns, "n1", newMemLocal(300*time.Millisecond, -1), 15*time.Second)
 	waitFor(t, "one free desktop", time.Minute, func() bool { return freeIn(a.Agent, "tiny") == 1 })
-	before := a.Stats()
+	// The cache can show a write before the agent counts it (the watch
+	// event may beat Update's return: CI at f843e90 counted the boot's
+	// free write inside the episode), so both counts settle first: every
+	// write the apiserver saw is one the agent counted, and no other.
+	settled := func(what string) int64 {
+		var n int64
+		waitFor(t, what, 30*time.Second, func() bool {
+			n = a.Stats().DesktopWrites
+			return n == int64(au.total())
+		})
+		return n
+	}
+	before := settled("the agent's write count to match the apiserver's before the episode")
 	ctx := context.Background()
 	p, _, err := a.Claim(ctx, "tiny", 0)
 	if err != nil {
@@ -155,8 +167,8 @@ func TestWritesPerEpisodeE2E(t *testing.T) {
 	if w := au.writesFor(p.Desktop, p.Episode); w != 3 {
 		t.Fatalf("%d writes for one episode in the apiserver's history, want 3", w)
 	}
-	after := a.Stats()
-	if d := after.DesktopWrites - before.DesktopWrites; d != 3 {
+	after := settled("the agent's write count to match the apiserver's after the episode")
+	if d := after - before; d != 3 {
 		t.Fatalf("agent counted %d Desktop writes for one episode, want 3", d)
 	}
 }

@@ -236,6 +236,13 @@ func (au *audit) leasedBy(desktop, episode string) bool {
 	return false
 }
 
+// total is the number of Desktop writes the watch has seen.
+func (au *audit) total() int {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	return len(au.events)
+}
+
 // writesFor counts the apiserver writes of episode's desktop from the
 // claim that leased it through the first release to free after it; it
 // returns -1 while that release has not been seen.
