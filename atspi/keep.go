@@ -49,6 +49,13 @@ import (
 //     boxes compared (a moved window has the application walked again),
 //     and each document's count of children and box (a document that
 //     differs lists its children again).
+//   - A column widened or a row made taller moves a sheet's cells with
+//     no event: each sheet's first row and first column of cells kept
+//     are asked their boxes again, and a sheet whose cells moved is
+//     built again (gridMoved).
+//   - LibreOffice's ranges on the screen (its scroll bars: a column
+//     widened changes their maximum with no event) are asked again at
+//     every reuse, as are its boxes and texts (reboxed).
 //   - Web engines change without events in ways measured: Chromium (its
 //     status bubble's window and its label's URL a change late, a page
 //     shown again once its window is raised, a new window's page

@@ -273,8 +273,8 @@ func (a *appWalk) rewindow(ctx context.Context, ka *keptApp, wins []objRef) bool
 // bar fields move and resize as one of them changes, and its formula
 // bar's text follows the cursor, without an event (bench/a11y's kept
 // tree against a fresh one after a number typed into Calc, 2026-12-03).
-// A sheet's cells move only with the sheet, which tells it. False when
-// one does not answer.
+// A sheet's cells move with their column's or row's edge, which
+// gridMoved checks (calc.go). False when one does not answer.
 func (a *appWalk) reboxed(ctx context.Context, ka *keptApp, stale map[*walked]change) bool {
 	built := make(map[*walked]bool, len(a.all))
 	for _, y := range a.all {

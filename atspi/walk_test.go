@@ -127,3 +127,27 @@ func TestSetBoxAdds(t *testing.T) {
 		t.Errorf("box %v, want [123 160 82 17]", n.Box)
 	}
 }
+
+// TestGridEdges: the cells a kept sheet asks its box again are its first
+// row's and each row's first, which a column's or a row's edge moving
+// moves; a row cut short (the scan stops at a cell not showing) is still
+// a row.
+func TestGridEdges(t *testing.T) {
+	for _, c := range []struct {
+		idx, want []int32
+	}{
+		// Three rows of four from column C of a 10-column sheet.
+		{[]int32{2, 3, 4, 5, 12, 13, 14, 15, 22, 23, 24, 25}, []int32{2, 3, 4, 5, 12, 22}},
+		// One row.
+		{[]int32{0, 1, 2}, []int32{0, 1, 2}},
+		// One column.
+		{[]int32{0, 16384, 32768}, []int32{0, 16384, 32768}},
+		// A ragged last row.
+		{[]int32{0, 1, 2, 10, 11, 12, 20}, []int32{0, 1, 2, 10, 20}},
+		{nil, nil},
+	} {
+		if got := gridEdges(c.idx); !slices.Equal(got, c.want) {
+			t.Errorf("gridEdges(%v) = %v, want %v", c.idx, got, c.want)
+		}
+	}
+}

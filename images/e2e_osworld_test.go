@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -427,12 +428,70 @@ print(urllib.request.urlopen(r, timeout=5).read().decode())"`, "<state>", 180*ti
 	}
 	t.Logf("a kept walk after a step in the terminal: %s, %d calls, %v kept, each the same as in a fresh walk", took.Round(time.Millisecond), kst.Calls, keptApps)
 
+	// Steps that move a sheet's cells with no event: LibreOffice tells
+	// its cells' boxes off by a title bar's height until the pointer
+	// first enters its window (measured: A1 at y 159, then 184, where the
+	// screenshot has it), and a column widened by a drag of its header's
+	// edge, as an agent does it in a Calc task, moves every cell right
+	// of it. After each, the kept tree has the cells where a fresh walk
+	// finds them, LibreOffice kept.
+	keptAfter := func(step, cmd string) []byte {
+		t.Helper()
+		// A fresh walk ends the kept session: a kept walk begins one.
+		if _, _, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{}); err != nil {
+			t.Fatalf("the first walk of a kept session: %v", err)
+		}
+		must(cmd)
+		began := time.Now()
+		kept, kst, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{})
+		if err != nil {
+			t.Fatalf("a kept walk after %s: %v", step, err)
+		}
+		took := time.Since(began)
+		fresh, _, err := atspi.ReadStats(ctx, m, vm.ID, atspi.ModeOSWorld, atspi.Options{Fresh: true})
+		if err != nil {
+			t.Fatalf("a fresh walk after %s: %v", step, err)
+		}
+		for _, a := range kst.PerApp {
+			if a.Name == "soffice" && !a.Kept {
+				t.Errorf("LibreOffice walked whole after %s (%d calls; %q), want it kept", step, a.Calls, a.Unkept)
+			}
+		}
+		if k, f := appXML(kept, "soffice"), appXML(fresh, "soffice"); k != f {
+			t.Fatalf("LibreOffice's kept tree after %s differs from a fresh walk's: %s", step, firstDiff(strings.Split(k, "<"), strings.Split(f, "<")))
+		}
+		t.Logf("a kept walk after %s: %s, %d calls (LibreOffice %d), the same as a fresh walk", step, took.Round(time.Millisecond), kst.Calls, appCalls(kst, "soffice"))
+		return fresh
+	}
+	freshTree = keptAfter("the pointer moved over Calc", "wmctrl -a 'LibreOffice Calc' && sleep 1 && xdotool mousemove 900 600 && sleep 2")
+	x, y, w, _ := cellBox(t, freshTree, "A1")
+	edge, header := x+w-1, y-8
+	freshTree = keptAfter("a column widened", fmt.Sprintf("xdotool mousemove %d %d && sleep 0.3 && xdotool mousedown 1 mousemove %d %d && sleep 0.3 && xdotool mousemove %d %d && sleep 0.3 && xdotool mouseup 1 && sleep 2",
+		edge, header, edge+30, header, edge+80, header))
+	if _, _, w2, _ := cellBox(t, freshTree, "A1"); w2 < w+40 {
+		t.Fatalf("A1 is %d wide after its column's edge was dragged 80 px right, was %d: the step did not widen it", w2, w)
+	}
+
 	if shot, err = m.Screenshot(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Destroy(ctx, vm.ID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cellBox is the screen box of the Calc cell named name in OSWorld's XML.
+func cellBox(t *testing.T, tree []byte, name string) (x, y, w, h int) {
+	t.Helper()
+	m := regexp.MustCompile(`<table-cell name="` + name + `"[^>]*cp:screencoord="\((-?[0-9]+), (-?[0-9]+)\)" cp:size="\(([0-9]+), ([0-9]+)\)"`).FindStringSubmatch(string(tree))
+	if m == nil {
+		t.Fatalf("no cell %s with a box in the tree", name)
+	}
+	v := make([]int, 4)
+	for i := range v {
+		v[i], _ = strconv.Atoi(m[i+1])
+	}
+	return v[0], v[1], v[2], v[3]
 }
 
 // libreOfficeFacts lists, from OSWorld's XML, what atspi derives of
