@@ -397,9 +397,11 @@ func (a *appWalk) placeCells(ctx context.Context, ka *keptApp, paths []dbus.Obje
 // of cells kept and the first cell of each of its rows are asked their
 // box again, under new objects (kept ones lapse, calc.go's
 // withBasics): a column's or a row's edge that moved moves one of them,
-// and the sheet is then built again. Two calls a cell, for about a
-// tenth of a sheet's cells on the screen (8 columns by 40 rows in the
-// bench scene: 47 cells). False when one does not answer.
+// and the sheet is then built again. Two calls a cell, for the sheet's
+// first row and column of those on the screen: with the ranges asked
+// again (reuse), 250-450 calls more a kept walk of LibreOffice in the
+// bench scene (docs/benchmarks.md, stop 35). False when one does not
+// answer.
 func (a *appWalk) gridMoved(ctx context.Context, ka *keptApp, reshaped map[*walked]bool) ([]*walked, bool) {
 	type probe struct {
 		sheet *walked
