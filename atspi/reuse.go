@@ -233,7 +233,7 @@ func (a *appWalk) refresh(ctx context.Context, ka *keptApp, stale map[*walked]ch
 			if (err != nil || lost) && cell[x] != nil {
 				// A sheet's cell, asked under the object an event
 				// or an earlier walk handed out, which may be past
-				// its lease (walk.go's build) or disposed of: CI at
+				// its lease (build.go's build) or disposed of: CI at
 				// 1f1c532 kept a B1 on the screen without its box.
 				// Asked again under a new object, as a fresh walk
 				// asks it. Any other object is the one a fresh
