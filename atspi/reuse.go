@@ -138,22 +138,17 @@ func (w *walker) reuse(ctx context.Context, ref objRef, st *AppStats) (*Node, st
 	}
 	// An object on the screen without a box did not answer it when last
 	// asked (a cell past its lease): asked again, as a fresh walk would.
-	for _, x := range ka.byPath {
-		if x.node.Box == nil && a.wantsBox(x) {
-			stale[x] |= changedFacts
-		}
-	}
-	// LibreOffice's scroll bars take a new range with no event (a
+	// And LibreOffice's scroll bars take a new range with no event (a
 	// column widened: the horizontal one's maximum 46, then 44, in
 	// TestE2EOSWorldImage): its ranges on the screen are asked again.
 	// Only those: every object on the screen with a Value (its toolbars'
 	// buttons have one, telling their checked state, which has events)
 	// was about 1,070 calls more a walk there.
-	if ka.office {
-		for _, x := range ka.byPath {
-			if x.node.Box != nil && x.it.hasIface(ifValue) && rangeRoles[x.node.Role] {
-				stale[x] |= changedFacts
-			}
+	for _, x := range ka.byPath {
+		lost := x.node.Box == nil && a.wantsBox(x)
+		ranged := ka.office && x.node.Box != nil && x.it.hasIface(ifValue) && rangeRoles[x.node.Role]
+		if lost || ranged {
+			stale[x] |= changedFacts
 		}
 	}
 	if len(stale) > 0 {
