@@ -198,10 +198,10 @@ func checkFirefox(t *testing.T, m *vmm.Manager, vm, title string, must func(stri
 	}
 	// A second window of the running Firefox, so the title is the page's.
 	// It is found by that title among Firefox's new windows, not as the
-	// first new one: a first start slower than newWindow's 90 s before it
-	// clicks the launcher again (1m40s on a fresh machine, CI at 858906b)
-	// opens a blank window of its own, which came first there, and the
-	// test waited 5 minutes on its title.
+	// first new one: when Firefox's first start outlasts the 90 s after
+	// which newWindow clicks the launcher again (1m40s on a fresh machine,
+	// CI at 858906b), that click opens a blank window, which came first
+	// there, and the test waited 5 minutes on its title.
 	before := windows("firefox-esr")
 	must("setsid -f firefox-esr --new-window file:///home/user/check.html >/dev/null 2>&1 </dev/null")
 	// Under TCG on a loaded two-core host the page's title once took more
@@ -209,7 +209,7 @@ func checkFirefox(t *testing.T, m *vmm.Manager, vm, title string, must func(stri
 	began := time.Now()
 	deadline := began.Add(5 * time.Minute)
 	var w string
-	for w == "" {
+	for {
 		var seen []string
 		for _, id := range windows("firefox-esr") {
 			if slices.Contains(before, id) {
