@@ -63,7 +63,7 @@ const checkPage = `<!doctype html><html><head><title>deskfarm check page</title>
 // Under TCG on a loaded 2-core host LibreOffice and Firefox take a minute
 // or two to start, hence the long limits.
 func TestE2EDesktopApps(t *testing.T) {
-	m := testenv.ManagerConfig(t, vmm.Config{StateDir: testenv.ImagesStateDir}, "desktop")
+	m := testenv.Manager(t, "desktop")
 	ctx := context.Background()
 	start := time.Now()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "desktop", MemoryMiB: vmm.DefaultMemoryMiB, VCPUs: 2})

@@ -55,7 +55,7 @@ func sessionShell(t *testing.T, m *vmm.Manager, id string) (run func(cmd string,
 // Under TCG on a loaded 2-core host Chromium and LibreOffice take 1-2
 // minutes to start, hence the long limits.
 func TestE2EOSWorldImage(t *testing.T) {
-	m := testenv.ManagerConfig(t, vmm.Config{StateDir: testenv.ImagesStateDir}, "osworld")
+	m := testenv.Manager(t, "osworld")
 	ctx := context.Background()
 	start := time.Now()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080, Boot: true})
@@ -574,7 +574,7 @@ func appCalls(st atspi.Stats, name string) int {
 // version and an (empty) extension list. The image's code is code-server
 // from npm on Debian's Node (images/recipes/osworld/code-server.sh).
 func TestE2EOSWorldVSCode(t *testing.T) {
-	m := testenv.ManagerConfig(t, vmm.Config{StateDir: testenv.ImagesStateDir}, "osworld")
+	m := testenv.Manager(t, "osworld")
 	ctx := context.Background()
 	start := time.Now()
 	vm, err := m.Create(ctx, vmm.CreateOptions{Image: "osworld", MemoryMiB: 2048, VCPUs: 2, Width: 1920, Height: 1080})

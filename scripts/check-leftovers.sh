@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # check-leftovers.sh fails if a test run left deskfarm domains, VM directories
 # or sockets behind: a farm cleans up after itself. It checks the state dirs
-# of the tests (/var/lib/deskfarm-test, the images package's
-# /var/lib/deskfarm-test-images), the fault tests
+# of the tests (/var/lib/deskfarm-test), the fault tests
 # (/var/lib/deskfarm-test-faults), the benchmarks (/var/lib/deskfarm-bench)
 # and the soak (/var/lib/deskfarm-soak); never a user's /var/lib/deskfarm.
 # It also checks that kubetest's control planes and netns are gone.
 set -euo pipefail
-dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-images /var/lib/deskfarm-test-faults /var/lib/deskfarm-bench /var/lib/deskfarm-soak
+dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-faults /var/lib/deskfarm-bench /var/lib/deskfarm-soak
 	/var/lib/deskfarm-replay-e2e /var/lib/deskfarm-bench-trajectory /var/lib/deskfarm-bench-density)
 bad=0
 doms=$(for d in $(virsh -c qemu:///system list --all --name | grep '^deskfarm-' || true); do

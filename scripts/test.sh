@@ -12,11 +12,8 @@
 # E2E tests, which leave a core idle for much of their time (a TCG guest
 # waiting on its screen, a poll's sleep). The cluster packages' E2E tests
 # run once it is built, beside the other packages' (they keep their own
-# state dirs and mostly wait). The images package's E2E tests, the longest
-# (23-25 min of a 46 min phase when they ran with the rest), run as a
-# stream of their own beside the others on their own state dir
-# (testenv.ImagesStateDir). Each phase prints its duration, so a slow run
-# says where its time went (docs/benchmarks.md, "make test on a fresh
+# state dirs and mostly wait). Each phase prints its duration, so a slow
+# run says where its time went (docs/benchmarks.md, "make test on a fresh
 # machine").
 #
 # Tests named *HostFaultsE2E (a libvirtd restart) run alone after both
@@ -87,12 +84,6 @@ if [ "${1:-}" = cluster-e2e ]; then
 	phase kube-wait waitkube && phase e2e-cluster e2e E2E "$hostFaults" "$@"
 	exit
 fi
-# scripts/test.sh images-e2e PKG: the images stream (see below).
-if [ "${1:-}" = images-e2e ]; then
-	shift
-	phase e2e-images e2e E2E "$hostFaults" "$@"
-	exit
-fi
 
 mkdir -p bin
 # The background jobs run in sessions of their own (setsid), so an
@@ -117,33 +108,22 @@ phase images $BIN image build tiny desktop osworld || exit
 mapfile -t all < <(go list ./...)
 mapfile -t kubepkgs < <(go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
 	awk -v k=github.com/deskfarm/deskfarm/internal/kubetest '$1 == k || / github.com\/deskfarm\/deskfarm\/internal\/kubetest( |$)/ { print $1 }')
-imagespkg=github.com/deskfarm/deskfarm/images
-mapfile -t rest < <(printf '%s\n' "${all[@]}" | grep -vxF -f <(printf '%s\n' "${kubepkgs[@]}" "$imagespkg"))
+mapfile -t rest < <(printf '%s\n' "${all[@]}" | grep -vxF -f <(printf '%s\n' "${kubepkgs[@]}"))
 
 # The cluster packages' E2E tests run beside the others once the control
 # plane is built: they keep their own state dirs (not testenv.StateDir,
 # whose lock the others take in turn), and they mostly wait (tiny VMs,
 # leases, outages): the host was 50-88% idle through them (vmstat,
 # 2026-12-02). Their output comes whole when both are done.
-#
-# The images package's E2E tests run beside both, on their own state dir:
-# they added 23-25 min to the one stream, and beside the cluster stream
-# they ran 24% slower than alone (569 s against 458 s, docs/benchmarks.md),
-# while the E2E tests left the host 22-88% idle.
-echo "test: E2E: ${#rest[@]} packages; beside them the images package (output in bin/e2e-images.log) and, once the control plane is built, ${kubepkgs[*]#github.com/deskfarm/deskfarm/} (output in bin/e2e-cluster.log)"
+echo "test: E2E: ${#rest[@]} packages, and beside them, once the control plane is built: ${kubepkgs[*]#github.com/deskfarm/deskfarm/} (output in bin/e2e-cluster.log)"
 KUBE_PID=$kube setsid "$self" cluster-e2e "${kubepkgs[@]}" >bin/e2e-cluster.log 2>&1 &
 cluster=$!
 jobs_+=($cluster)
-setsid "$self" images-e2e "$imagespkg" >bin/e2e-images.log 2>&1 &
-imagesjob=$!
-jobs_+=($imagesjob)
 phase e2e e2e E2E "$hostFaults" "${rest[@]}"
-for j in "$imagesjob:bin/e2e-images.log" "$cluster:bin/e2e-cluster.log"; do
-	wait "${j%%:*}"
-	c=$?
-	cat "${j#*:}"
-	[ $rc != 0 ] || rc=$c
-done
+wait $cluster
+c=$?
+cat bin/e2e-cluster.log
+[ $rc != 0 ] || rc=$c
 mapfile -t faultpkgs < <(grep -rlE --include='*_test.go' '^func Test[A-Za-z0-9_]*HostFaultsE2E\(' . | xargs -r -n1 dirname | sort -u)
 if [ ${#faultpkgs[@]} -gt 0 ]; then
 	phase e2e-host-faults e2e "$hostFaults" '' "${faultpkgs[@]}"

@@ -23,12 +23,6 @@ import (
 // so tests never adopt or remove a user's VMs.
 const StateDir = "/var/lib/deskfarm-test"
 
-// ImagesStateDir is the images package's own state dir: its E2E tests are
-// the suite's longest (1,388-1,510 s of a 46 min E2E phase, 2026-12-03/04),
-// so scripts/test.sh runs them as a stream of their own beside the other
-// packages', which a shared dir's lock would serialize.
-const ImagesStateDir = "/var/lib/deskfarm-test-images"
-
 // LockWait is how long a test waits for another test process (another
 // package's tests, run concurrently by hand) to release StateDir.
 const LockWait = 20 * time.Minute
@@ -72,20 +66,12 @@ func Manager(t testing.TB, imageNames ...string) *vmm.Manager {
 	return ManagerConfig(t, vmm.Config{}, imageNames...)
 }
 
-// ManagerConfig is Manager with cfg's other settings (Images, LockWait and
-// Log are the test's; StateDir is StateDir unless cfg names one of this
-// package's others).
+// ManagerConfig is Manager with cfg's other settings (StateDir, Images,
+// LockWait and Log are the test's).
 func ManagerConfig(t testing.TB, cfg vmm.Config, imageNames ...string) *vmm.Manager {
 	t.Helper()
 	st := RequireVM(t, imageNames...)
-	switch cfg.StateDir {
-	case "":
-		cfg.StateDir = StateDir
-	case StateDir, ImagesStateDir:
-	default:
-		t.Fatalf("testenv: state dir %s is not one of the tests' (%s, %s)", cfg.StateDir, StateDir, ImagesStateDir)
-	}
-	cfg.Images, cfg.LockWait = vmm.StoreImages{Store: st}, LockWait
+	cfg.StateDir, cfg.Images, cfg.LockWait = StateDir, vmm.StoreImages{Store: st}, LockWait
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	m, err := vmm.New(context.Background(), cfg)
 	if err != nil {
