@@ -66,6 +66,7 @@ variant_configure() {
 	local site
 	site=$(in_root python3 -c 'import sys; print("/usr/local/lib/python3.%d/dist-packages" % sys.version_info[1])')
 	put 0644 pyautogui.py "$site/pyautogui.py"
+	put 0755 deskfarm-office-origin /usr/local/bin/deskfarm-office-origin
 	put 0644 vlcrc $home/.config/vlc/vlcrc
 	# VS Code (code-server.sh builds it on this host; the code command
 	# maps VS Code's paths onto it).
@@ -100,6 +101,7 @@ variant_check() {
 	# leave a profile behind in the image.
 	local as_user=(runuser -u user -- env HOME=/tmp/check-home)
 	check python -c 'import pyautogui, Xlib, PIL, pyatspi, pyperclip; print(pyautogui.__file__)'
+	check python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read()); print("parsed", sys.argv[1])' /usr/local/bin/deskfarm-office-origin
 	check "${as_user[@]}" google-chrome --version
 	check "${as_user[@]}" vlc --version
 	check "${as_user[@]}" libreoffice --version
