@@ -143,7 +143,38 @@ func outputBytes(name, text, b64 string) ([]byte, error) {
 // HealthResponse is the body of GET /healthz.
 type HealthResponse struct {
 	Status string `json:"status"` // "ok"
+	// Cluster is the node agent's view of the apiserver; absent on a
+	// single host.
+	Cluster *ClusterHealth `json:"cluster,omitempty"`
 }
+
+// ClusterHealth is a node agent's view of the apiserver, from its node
+// Lease's renewals. An unreachable apiserver does not fail GET /healthz:
+// the node's running episodes go on without it (new claims answer 503
+// cluster_unavailable), and a readiness probe that failed on every node at
+// once would cut them off.
+type ClusterHealth struct {
+	Node string `json:"node"`
+	// APIServer is "ok" (the last Lease renewal went through),
+	// "unreachable" (it failed; Error says how) or "unknown" (none tried
+	// yet, just after start).
+	APIServer string `json:"apiserver"`
+	// Since is when APIServer last changed (RFC 3339), absent while unknown.
+	Since string `json:"since,omitempty"`
+	// LeaseRenewed is the node Lease's last renewal (RFC 3339), absent
+	// before the first; LeaseSeconds is its duration: past it, other
+	// agents call this node lost.
+	LeaseRenewed string  `json:"lease_renewed,omitempty"`
+	LeaseSeconds float64 `json:"lease_seconds"`
+	Error        string  `json:"error,omitempty"`
+}
+
+// The values of ClusterHealth.APIServer.
+const (
+	APIServerOK          = "ok"
+	APIServerUnreachable = "unreachable"
+	APIServerUnknown     = "unknown"
+)
 
 // Forward forwards a host TCP port, bound to 127.0.0.1 only, to a guest
 // TCP port (1024-65535, unique on the host).

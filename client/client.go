@@ -427,10 +427,13 @@ func (c *Client) Pools(ctx context.Context) ([]api.Pool, error) {
 	return list.Pools, err
 }
 
-// Health checks that the server answers.
-func (c *Client) Health(ctx context.Context) error {
+// Health asks the server's health: an error while it does not answer or
+// cannot reach libvirtd (503 hypervisor_unavailable); a cluster agent's
+// answer carries its view of the apiserver.
+func (c *Client) Health(ctx context.Context) (api.HealthResponse, error) {
 	var h api.HealthResponse
-	return c.call(ctx, http.MethodGet, "/healthz", nil, &h)
+	err := c.call(ctx, http.MethodGet, "/healthz", nil, &h)
+	return h, err
 }
 
 // ListTrajectories lists the farm's recorded trajectories, newest first,

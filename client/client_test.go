@@ -209,7 +209,7 @@ func TestNoPoolsNoDisplay(t *testing.T) {
 	if e := apiErr(t, err); e.Code != api.CodeNoPools {
 		t.Errorf("episode screenshot without pools: %+v", e)
 	}
-	if err := c.Health(ctx); err != nil {
+	if _, err := c.Health(ctx); err != nil {
 		t.Errorf("Health: %v", err)
 	}
 }

@@ -125,6 +125,9 @@ type Agent struct {
 	// Lease renewal and the first of the current run of them: its own
 	// evidence that the apiserver serves (lost).
 	lastRenew, upSince atomic.Int64
+	// renewFail is the current run of failed renewals, nil while they
+	// succeed (Health).
+	renewFail atomic.Pointer[renewFailure]
 
 	mu sync.Mutex
 	// known are the episodes the local pool has held (or StartOn gave it),

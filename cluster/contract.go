@@ -102,4 +102,27 @@ type Front interface {
 	// object names this node and is claimed by req.Episode, then leases
 	// the VM locally.
 	Bind(ctx context.Context, req BindRequest) (pool.Episode, error)
+	// Health is the agent's own view of the apiserver, for GET /healthz
+	// (no apiserver call).
+	Health() Health
+}
+
+// Health is an agent's view of the apiserver: whether its last node Lease
+// renewal went through. The Lease is the agent's proof of life, so when
+// renewals fail for a Lease duration other agents call the node lost.
+type Health struct {
+	Node string
+	// Reachable: the last renewal succeeded.
+	Reachable bool
+	// Since is when the current run of successful renewals began, or, when
+	// not Reachable, the first failure of the current run; zero before the
+	// first renewal was tried.
+	Since time.Time
+	// LastRenewal is the last successful renewal; zero before the first.
+	LastRenewal time.Time
+	// LeaseDuration is the Lease's duration: once LastRenewal is older,
+	// other agents call this node lost.
+	LeaseDuration time.Duration
+	// Err is the last failed renewal's error while not Reachable.
+	Err error
 }

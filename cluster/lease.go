@@ -30,6 +30,13 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 				a.upSince.Store(now)
 			}
 			a.lastRenew.Store(now)
+			a.renewFail.Store(nil)
+		} else if ctx.Err() == nil {
+			f := &renewFailure{since: time.Now(), err: err}
+			if last := a.renewFail.Load(); last != nil {
+				f.since = last.since
+			}
+			a.renewFail.Store(f)
 		}
 		switch {
 		case err != nil && !failing:
@@ -45,6 +52,29 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		case <-time.After(every):
 		}
 	}
+}
+
+// renewFailure is a run of failed Lease renewals: since its first, and
+// the last one's error.
+type renewFailure struct {
+	since time.Time
+	err   error
+}
+
+// Health is the agent's view of the apiserver from its Lease renewals.
+func (a *Agent) Health() Health {
+	h := Health{Node: a.opts.Node, LeaseDuration: a.opts.LeaseDuration}
+	if t := a.lastRenew.Load(); t != 0 {
+		h.LastRenewal = time.Unix(0, t)
+	}
+	if f := a.renewFail.Load(); f != nil {
+		h.Since, h.Err = f.since, f.err
+		return h
+	}
+	if t := a.upSince.Load(); t != 0 {
+		h.Reachable, h.Since = true, time.Unix(0, t)
+	}
+	return h
 }
 
 // renew writes the Lease from last (the object of the last write, nil at

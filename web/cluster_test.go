@@ -80,12 +80,15 @@ type fakeFront struct {
 
 	lost     atomic.Bool // the owner's node stopped renewing its Lease
 	claimErr error
+	health   cluster.Health
 
 	mu    sync.Mutex
 	binds []cluster.BindRequest
 }
 
 func (f *fakeFront) Node() string { return f.node }
+
+func (f *fakeFront) Health() cluster.Health { return f.health }
 
 func (f *fakeFront) Claim(ctx context.Context, poolName string, ttl time.Duration) (cluster.Placement, pool.Episode, error) {
 	if f.claimErr != nil {
@@ -642,5 +645,41 @@ func TestClusterEpisodeRowsAreOwned(t *testing.T) {
 	}
 	if n < 15 {
 		t.Errorf("%d episode rows; the table has more", n)
+	}
+}
+
+// A cluster agent's /healthz tells its view of the apiserver and stays
+// 200 while the apiserver is unreachable: the node's episodes go on.
+func TestClusterHealth(t *testing.T) {
+	renewed := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		h    cluster.Health
+		want api.ClusterHealth
+	}{
+		{"before the first renewal", cluster.Health{Node: "n1", LeaseDuration: 15 * time.Second},
+			api.ClusterHealth{Node: "n1", APIServer: api.APIServerUnknown, LeaseSeconds: 15}},
+		{"renewing", cluster.Health{Node: "n1", Reachable: true, Since: renewed.Add(-time.Hour), LastRenewal: renewed, LeaseDuration: 15 * time.Second},
+			api.ClusterHealth{Node: "n1", APIServer: api.APIServerOK, Since: "2026-12-04T09:00:00Z", LeaseRenewed: "2026-12-04T10:00:00Z", LeaseSeconds: 15}},
+		{"failing", cluster.Health{Node: "n1", Since: renewed.Add(2 * time.Second), LastRenewal: renewed, LeaseDuration: 15 * time.Second,
+			Err: fmt.Errorf("renew lease deskfarm-node-n1: connection refused")},
+			api.ClusterHealth{Node: "n1", APIServer: api.APIServerUnreachable, Since: "2026-12-04T10:00:02Z", LeaseRenewed: "2026-12-04T10:00:00Z", LeaseSeconds: 15,
+				Error: "renew lease deskfarm-node-n1: connection refused"}},
+	} {
+		h := newHarness(t, Options{Cluster: &fakeFront{health: tc.h}, ClusterToken: clusterTok})
+		w := h.do("GET", "/healthz", nil)
+		var got api.HealthResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != http.StatusOK || err != nil || got.Status != "ok" || got.Cluster == nil {
+			t.Errorf("%s: %d %s (%v); want 200, status ok, a cluster part", tc.name, w.Code, w.Body, err)
+			continue
+		}
+		if *got.Cluster != tc.want {
+			t.Errorf("%s: cluster %+v, want %+v", tc.name, *got.Cluster, tc.want)
+		}
+	}
+	// A single host's answer has no cluster part.
+	w := newHarness(t, Options{}).do("GET", "/healthz", nil)
+	if strings.Contains(w.Body.String(), "cluster") {
+		t.Errorf("a single host's healthz: %s", w.Body)
 	}
 }

@@ -184,13 +184,37 @@ func (s *server) wrap(op string, h apiHandler) http.Handler {
 // health answers 200 while the farm reaches libvirtd, and 503
 // hypervisor_unavailable, saying since when and why, while it does not: a
 // farm whose libvirtd died can neither make nor reset VMs, and a readiness
-// probe (deploy/kubernetes) or an operator should see it.
+// probe (deploy/kubernetes) or an operator should see it. A cluster
+// agent adds its view of the apiserver (api.ClusterHealth), which does not
+// fail the probe.
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	if err := s.farm.Health(); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.HealthResponse{Status: "ok"})
+	out := api.HealthResponse{Status: "ok"}
+	if s.cluster != nil {
+		out.Cluster = clusterHealth(s.cluster.Health())
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// clusterHealth is h as GET /healthz tells it.
+func clusterHealth(h cluster.Health) *api.ClusterHealth {
+	out := &api.ClusterHealth{Node: h.Node, APIServer: api.APIServerUnknown, LeaseSeconds: h.LeaseDuration.Seconds()}
+	switch {
+	case h.Reachable:
+		out.APIServer = api.APIServerOK
+	case h.Err != nil:
+		out.APIServer, out.Error = api.APIServerUnreachable, h.Err.Error()
+	}
+	if !h.Since.IsZero() {
+		out.Since = h.Since.UTC().Format(time.RFC3339Nano)
+	}
+	if !h.LastRenewal.IsZero() {
+		out.LeaseRenewed = h.LastRenewal.UTC().Format(time.RFC3339Nano)
+	}
+	return out
 }
 
 func (s *server) create(w http.ResponseWriter, r *http.Request) error {

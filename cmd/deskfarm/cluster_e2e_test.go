@@ -423,8 +423,19 @@ func testAPIServerDown(t *testing.T, cf *clusterFarm) {
 		t.Errorf("a claim with the apiserver down: %v (code %q), want %q", err, errCode(err), api.CodeClusterUnavailable)
 	}
 	t.Logf("a claim with the apiserver down failed after %s: %v", time.Since(t0).Round(time.Millisecond), err)
+	// Each agent's /healthz says the apiserver is unreachable, and stays 200.
+	for _, ag := range []*clusterAgent{a, b} {
+		h := waitAPIServer(t, ag, api.APIServerUnreachable)
+		t.Logf("agent %s's healthz with the apiserver down: %+v", ag.node, *h.Cluster)
+		if h.Cluster.Error == "" || h.Cluster.LeaseRenewed == "" {
+			t.Errorf("agent %s's healthz with the apiserver down tells no error or no last renewal: %+v", ag.node, *h.Cluster)
+		}
+	}
 	cf.cp.StartAPIServer(t)
 	restarted = true
+	for _, ag := range []*clusterAgent{a, b} {
+		waitAPIServer(t, ag, api.APIServerOK)
+	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		e, err := b.c.StartEpisode(ctx, api.StartEpisodeRequest{Pool: "tiny"})
@@ -437,6 +448,22 @@ func testAPIServerDown(t *testing.T, cf *clusterFarm) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// waitAPIServer waits up to 30 s for ag's /healthz to answer 200 and tell
+// the apiserver as want (an api.APIServer* value), and returns the answer.
+func waitAPIServer(t *testing.T, ag *clusterAgent, want string) api.HealthResponse {
+	t.Helper()
+	var h api.HealthResponse
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		h, err = ag.c.Health(context.Background())
+		if err == nil && h.Cluster != nil && h.Cluster.APIServer == want && h.Cluster.Node == ag.node {
+			return h
+		}
+	}
+	t.Fatalf("agent %s's healthz 30 s on: %+v, %v; want 200 and the apiserver %q", ag.node, h, err, want)
+	return h
 }
 
 // kill -9 of agent c: within a lease duration its node gets no claim and

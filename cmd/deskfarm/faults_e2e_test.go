@@ -406,7 +406,7 @@ func testLibvirtdRestart(t *testing.T, f *faultFarm) {
 	restartLibvirtd(t, func() {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			err := f.c.Health(context.Background())
+			_, err := f.c.Health(context.Background())
 			if api.IsCode(err, api.CodeHypervisorDown) && strings.Contains(err.Error(), "libvirtd at ") && strings.Contains(err.Error(), "HTTP 503") {
 				t.Logf("healthz with libvirtd down: %v", err)
 				return
@@ -419,7 +419,11 @@ func testLibvirtdRestart(t *testing.T, f *faultFarm) {
 		}
 	})
 	hdeadline := time.Now().Add(30 * time.Second)
-	for err := f.c.Health(context.Background()); err != nil; err = f.c.Health(context.Background()) {
+	for {
+		_, err := f.c.Health(context.Background())
+		if err == nil {
+			break
+		}
 		if time.Now().After(hdeadline) {
 			t.Fatalf("healthz 30 s after libvirtd restarted: %v", err)
 		}

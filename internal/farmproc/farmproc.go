@@ -150,7 +150,7 @@ func (f *Farm) start(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := f.Client.Health(hctx)
+		_, err := f.Client.Health(hctx)
 		cancel()
 		if err == nil {
 			return nil
