@@ -240,12 +240,10 @@ func (a *appWalk) build(ctx context.Context, it *item, depth int, flag string) *
 // details again under a new object from its sheet, and keeps them when
 // it answers its box.
 func (a *appWalk) redetail(ctx context.Context, x *walked) {
-	r, ok := a.childAt(ctx, objRef{a.name, x.it.parent}, int64(x.it.index))
-	if !ok || r.Name != a.name {
+	it := *x.it
+	if !a.renewCell(ctx, &it) {
 		return
 	}
-	it := *x.it
-	it.ref = r
 	y := &walked{node: &Node{Role: x.node.Role, Name: x.node.Name, States: x.node.States}, it: &it}
 	if a.detail(ctx, y) {
 		return
