@@ -247,6 +247,7 @@ wait:
 	m := manifest{
 		Name:         name,
 		Hash:         hash,
+		BuildID:      newBuildID(),
 		BuiltAt:      time.Now().UTC().Truncate(time.Second),
 		BuildSeconds: roundSeconds(elapsed),
 		Sizes:        sizes,

@@ -162,6 +162,13 @@ func TestBuildForceReplaces(t *testing.T) {
 	if first.Dir != second.Dir || second.BuiltAt.Before(first.BuiltAt) {
 		t.Errorf("forced rebuild: %+v then %+v", first, second)
 	}
+	// Another disk: another build, which a reload tells too.
+	if len(first.Build) != 16 || second.Build == first.Build {
+		t.Errorf("builds %q then %q, want two of 16 hex digits", first.Build, second.Build)
+	}
+	if got, err := s.Get("fake"); err != nil || got.Build != second.Build {
+		t.Errorf("Get after the rebuild: build %q, %v; want %q", got.Build, err, second.Build)
+	}
 	if left := leftovers(t, s); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}

@@ -2,6 +2,8 @@ package images
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,6 +46,12 @@ type Image struct {
 	// Cmdline is the kernel command line base (root=..., console=...); the
 	// VM layer appends its own parameters such as video= and deskfarm.screen=.
 	Cmdline string
+	// Build names this build of the recipe. Two builds of one recipe are
+	// two disks (mkfs.ext4's UUIDs and hash seed, the Debian packages of
+	// the day), so anything that holds a guest's RAM over the disk (a
+	// saved ready state, a fork template) is good only on the build it
+	// was made on. A copy of the cache entry keeps it.
+	Build   string
 	BuiltAt time.Time
 	// SizeBytes is the apparent size of the image's files together.
 	SizeBytes int64
@@ -183,12 +192,33 @@ func (s *Store) Ensure(ctx context.Context, name string) (Image, error) {
 
 // manifest is manifest.json of a cache entry.
 type manifest struct {
-	Name         string           `json:"name"`
-	Hash         string           `json:"hash"`
+	Name string `json:"name"`
+	Hash string `json:"hash"`
+	// BuildID is random per build; manifests from before it had none
+	// (Image.Build is then their build time).
+	BuildID      string           `json:"build_id,omitempty"`
 	BuiltAt      time.Time        `json:"built_at"`
 	BuildSeconds float64          `json:"build_seconds"`
 	Sizes        map[string]int64 `json:"sizes"` // bytes, by file name
 	Steps        []stepRecord     `json:"steps,omitempty"`
+}
+
+// build is the manifest's Image.Build: its BuildID, or for a manifest
+// from before build IDs its build time (whole seconds).
+func (m manifest) build() string {
+	if m.BuildID != "" {
+		return m.BuildID
+	}
+	return "t" + strconv.FormatInt(m.BuiltAt.Unix(), 10)
+}
+
+// newBuildID is a build's random name: 16 hex digits.
+func newBuildID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b[:])
 }
 
 func readManifest(dir string) (manifest, error) {
@@ -253,6 +283,7 @@ func (s *Store) load(name, hash string) (Image, error) {
 		Kernel:    filepath.Join(dir, KernelFile),
 		Initrd:    filepath.Join(dir, InitrdFile),
 		Cmdline:   line,
+		Build:     m.build(),
 		BuiltAt:   m.BuiltAt,
 		SizeBytes: total,
 	}, nil

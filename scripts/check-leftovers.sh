@@ -6,7 +6,7 @@
 # and the soak (/var/lib/deskfarm-soak); never a user's /var/lib/deskfarm.
 # It also checks that kubetest's control planes and netns are gone.
 set -euo pipefail
-dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-faults /var/lib/deskfarm-bench /var/lib/deskfarm-soak
+dirs=(/var/lib/deskfarm-test /var/lib/deskfarm-test-faults /var/lib/deskfarm-test-rebuild/state /var/lib/deskfarm-bench /var/lib/deskfarm-soak
 	/var/lib/deskfarm-replay-e2e /var/lib/deskfarm-bench-trajectory /var/lib/deskfarm-bench-density)
 bad=0
 doms=$(for d in $(virsh -c qemu:///system list --all --name | grep '^deskfarm-' || true); do

@@ -101,7 +101,7 @@ type creation struct {
 // the saved ready state of VMs like it.
 func (m *Manager) newMachine(img BaseImage, opts CreateOptions) (*machine, string) {
 	id := newID()
-	spec := machineSpec{ID: id, Image: img.Name, ImageHash: img.Hash, Dir: m.vmDir(id),
+	spec := machineSpec{ID: id, Image: img.Name, ImageHash: img.Hash, ImageBuild: img.Build, Dir: m.vmDir(id),
 		Accel: m.accel, Width: opts.Width, Height: opts.Height, MemoryMiB: opts.MemoryMiB, VCPUs: opts.VCPUs,
 		Created: time.Now().UTC().Truncate(time.Second), Network: opts.Network, Forwards: slices.Clone(opts.Forwards),
 		Start: StartBoot}

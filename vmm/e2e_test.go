@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskfarm/deskfarm/images"
 	"github.com/deskfarm/deskfarm/internal/testenv"
 	"github.com/deskfarm/deskfarm/vmm"
 )
@@ -374,4 +375,97 @@ func TestE2ESavedStateStart(t *testing.T) {
 		}
 	}
 	assertNoLeftovers(t)
+}
+
+// rebuildDir holds TestE2ERebuiltImageBootsAnew's image cache and state
+// dir (scripts/check-leftovers.sh checks it): a rebuild of the shared
+// cache's tiny would pull it from under the other tests' VMs.
+const rebuildDir = "/var/lib/deskfarm-test-rebuild"
+
+// A forced rebuild of an image is another disk under the same recipe: the
+// next VM boots rather than load a ready state whose RAM belongs to the
+// old disk, and a farm started after it removes the old build's state.
+func TestE2ERebuiltImageBootsAnew(t *testing.T) {
+	testenv.RequireVM(t, "tiny")
+	ctx := context.Background()
+	os.RemoveAll(rebuildDir)
+	if err := os.MkdirAll(rebuildDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rebuildDir) })
+	st := &images.Store{CacheDir: filepath.Join(rebuildDir, "cache")}
+	state := filepath.Join(rebuildDir, "state")
+	opts := vmm.CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1}
+	var cur *vmm.Manager // destroyed on the way out, failed or not
+	t.Cleanup(func() {
+		if cur != nil {
+			testenv.Cleanup(t, cur)
+		}
+	})
+	open := func() *vmm.Manager {
+		t.Helper()
+		m, err := vmm.New(ctx, vmm.Config{StateDir: state, Images: vmm.StoreImages{Store: st}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur = m
+		return m
+	}
+	// create makes a VM, checks that its guest answers, destroys it and
+	// says how it started.
+	create := func(m *vmm.Manager) string {
+		t.Helper()
+		vm, err := m.Create(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Destroy(ctx, vm.ID)
+		if res, err := m.Exec(ctx, vm.ID, vmm.ExecRequest{Argv: []string{"cat", "/proc/uptime"}}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("vm %s (started by %s): exec: %+v, %v", vm.ID, vm.Start, res, err)
+		}
+		return vm.Start
+	}
+	saved := func() []string {
+		t.Helper()
+		entries, _ := os.ReadDir(filepath.Join(state, "saved"))
+		var out []string
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".qcow2") {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	first, err := st.Build(ctx, "tiny", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := open()
+	if got := create(m); got != vmm.StartBoot {
+		t.Errorf("the first vm of a new build started by %s, want %s", got, vmm.StartBoot)
+	}
+	if got := create(m); got != vmm.StartSavedState {
+		t.Errorf("the second vm started by %s, want %s", got, vmm.StartSavedState)
+	}
+	old := saved()
+	second, err := st.Build(ctx, "tiny", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Build == first.Build {
+		t.Fatalf("a forced rebuild kept build %s", first.Build)
+	}
+	if got := create(m); got != vmm.StartBoot {
+		t.Errorf("the first vm after a forced rebuild started by %s, want %s (the old build's saved state is another disk's)", got, vmm.StartBoot)
+	}
+	testenv.Cleanup(t, m)
+	cur = nil
+	m = open()
+	now := saved()
+	if len(old) != 1 || len(now) != 1 || now[0] == old[0] {
+		t.Errorf("saved ready states: %q before the rebuild, %q after it and a restart; want the old build's replaced by the new one's", old, now)
+	}
+	if got := create(m); got != vmm.StartSavedState {
+		t.Errorf("a vm of the new build after a restart started by %s, want %s", got, vmm.StartSavedState)
+	}
 }

@@ -100,11 +100,12 @@ func (m *Manager) forkImage(spec machineSpec) (BaseImage, error) {
 	if err != nil {
 		return BaseImage{}, err
 	}
-	if img.Hash != spec.ImageHash {
+	if img.Hash != spec.ImageHash || img.Build != spec.ImageBuild {
 		// The copy's overlay backs onto the base image the source had; the
-		// one built since is another disk.
-		return BaseImage{}, fmt.Errorf("image %s was rebuilt since the vm was made (%s, now %s): %w",
-			img.Name, spec.ImageHash, img.Hash, ErrBrokenImage)
+		// one built since is another disk, as is another node's build of
+		// the same recipe.
+		return BaseImage{}, fmt.Errorf("image %s is not the build the vm was made on (recipe %.12s build %q, here recipe %.12s build %q): %w",
+			img.Name, spec.ImageHash, spec.ImageBuild, img.Hash, img.Build, ErrBrokenImage)
 	}
 	return img, nil
 }

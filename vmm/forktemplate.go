@@ -7,7 +7,8 @@ package vmm
 // from the one copy. A template is one qcow2 file: the source's overlay,
 // whose transfer snapshot holds the RAM and device state (savevm), and its
 // ready snapshot, which the forks reset to. It backs onto the base image
-// by path, so a node takes it only with the same image (by hash) and
+// by path, so a node takes it only with the same build of the same image
+// (BaseImage.Build: a copy of the source node's cache entry) and
 // accelerator.
 
 import (
@@ -36,12 +37,15 @@ type ForkTemplateInfo struct {
 	Snapshot  string `json:"snapshot"`
 	Image     string `json:"image"`
 	ImageHash string `json:"image_hash"`
-	Accel     string `json:"accel"`
-	MemoryMiB int    `json:"memory_mib"`
-	VCPUs     int    `json:"vcpus"`
-	Width     int    `json:"width"`
-	Height    int    `json:"height"`
-	Network   string `json:"network,omitempty"`
+	// ImageBuild is the image's build (BaseImage.Build): a node takes the
+	// template only on the same build, a copy of the source node's image.
+	ImageBuild string `json:"image_build"`
+	Accel      string `json:"accel"`
+	MemoryMiB  int    `json:"memory_mib"`
+	VCPUs      int    `json:"vcpus"`
+	Width      int    `json:"width"`
+	Height     int    `json:"height"`
+	Network    string `json:"network,omitempty"`
 	// GuestPorts are the source's forwarded guest ports; each fork gets
 	// host ports of its own.
 	GuestPorts []int `json:"guest_ports,omitempty"`
@@ -75,7 +79,7 @@ func (t *ForkTemplate) Remove() error {
 // each fork's own).
 func (t *ForkTemplate) spec() machineSpec {
 	i := t.Info
-	s := machineSpec{Image: i.Image, ImageHash: i.ImageHash, Accel: i.Accel, Width: i.Width, Height: i.Height,
+	s := machineSpec{Image: i.Image, ImageHash: i.ImageHash, ImageBuild: i.ImageBuild, Accel: i.Accel, Width: i.Width, Height: i.Height,
 		MemoryMiB: i.MemoryMiB, VCPUs: i.VCPUs, Network: i.Network}
 	for _, p := range i.GuestPorts {
 		s.Forwards = append(s.Forwards, Forward{GuestPort: p})
@@ -101,7 +105,7 @@ func (m *Manager) ExportFork(ctx context.Context, id string) (*ForkTemplate, err
 	}
 	paused := time.Since(start)
 	t := &ForkTemplate{path: path, Info: ForkTemplateInfo{Snapshot: snap, Image: src.spec.Image, ImageHash: src.spec.ImageHash,
-		Accel: src.spec.Accel, MemoryMiB: src.spec.MemoryMiB, VCPUs: src.spec.VCPUs, Width: src.spec.Width,
+		ImageBuild: src.spec.ImageBuild, Accel: src.spec.Accel, MemoryMiB: src.spec.MemoryMiB, VCPUs: src.spec.VCPUs, Width: src.spec.Width,
 		Height: src.spec.Height, Network: src.spec.Network, Source: id}}
 	for _, f := range src.spec.Forwards {
 		t.Info.GuestPorts = append(t.Info.GuestPorts, f.GuestPort)

@@ -19,7 +19,7 @@ func TestImportForkChecks(t *testing.T) {
 	ctx := context.Background()
 	body := bytes.Repeat([]byte("qcow2 and RAM "), 1000)
 	sum := sha256.Sum256(body)
-	good := ForkTemplateInfo{Snapshot: forkSnapshotPrefix + "0123456789", Image: "tiny", ImageHash: "abc", Accel: "tcg",
+	good := ForkTemplateInfo{Snapshot: forkSnapshotPrefix + "0123456789", Image: "tiny", ImageHash: "abc", ImageBuild: "b1", Accel: "tcg",
 		MemoryMiB: 256, VCPUs: 1, Width: 1024, Height: 768, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
 	for _, tc := range []struct {
 		name  string
@@ -35,6 +35,9 @@ func TestImportForkChecks(t *testing.T) {
 		{"over the bound", func(i *ForkTemplateInfo) { i.Size = MaxForkTemplateBytes + 1 }, body, "size"},
 		{"other accelerator", func(i *ForkTemplateInfo) { i.Accel = "kvm" }, body, "accel"},
 		{"rebuilt image", func(i *ForkTemplateInfo) { i.ImageHash = "def" }, body, ""},
+		// The same recipe built on another node: another disk.
+		{"another build", func(i *ForkTemplateInfo) { i.ImageBuild = "b2" }, body, ""},
+		{"no build", func(i *ForkTemplateInfo) { i.ImageBuild = "" }, body, ""},
 	} {
 		i := good
 		if tc.info != nil {

@@ -25,5 +25,5 @@ func (s StoreImages) Resolve(name string) (BaseImage, error) {
 	default:
 		return BaseImage{}, err
 	}
-	return BaseImage{Name: img.Name, Hash: img.Hash, Disk: img.Disk, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
+	return BaseImage{Name: img.Name, Hash: img.Hash, Build: img.Build, Disk: img.Disk, Kernel: img.Kernel, Initrd: img.Initrd, Cmdline: img.Cmdline}, nil
 }

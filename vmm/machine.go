@@ -44,19 +44,22 @@ type machine struct {
 
 // machineSpec is a VM as it was made: fixed for its life.
 type machineSpec struct {
-	ID        string    `xml:"id"`
-	Image     string    `xml:"image"`
-	ImageHash string    `xml:"image-hash"`
-	Dir       string    `xml:"dir"`
-	Accel     string    `xml:"accel"`
-	Width     int       `xml:"width"`
-	Height    int       `xml:"height"`
-	MemoryMiB int       `xml:"memory-mib"` // admission counts it until the VM is destroyed or dead
-	VCPUs     int       `xml:"vcpus"`
-	Created   time.Time `xml:"created"`
-	Start     string    `xml:"start"` // StartBoot or StartSavedState
-	Network   string    `xml:"network,omitempty"`
-	Forwards  []Forward `xml:"forward,omitempty"` // host ports as admission picked them
+	ID        string `xml:"id"`
+	Image     string `xml:"image"`
+	ImageHash string `xml:"image-hash"`
+	// ImageBuild is the image's BaseImage.Build ("" on VMs made before
+	// builds were told apart).
+	ImageBuild string    `xml:"image-build,omitempty"`
+	Dir        string    `xml:"dir"`
+	Accel      string    `xml:"accel"`
+	Width      int       `xml:"width"`
+	Height     int       `xml:"height"`
+	MemoryMiB  int       `xml:"memory-mib"` // admission counts it until the VM is destroyed or dead
+	VCPUs      int       `xml:"vcpus"`
+	Created    time.Time `xml:"created"`
+	Start      string    `xml:"start"` // StartBoot or StartSavedState
+	Network    string    `xml:"network,omitempty"`
+	Forwards   []Forward `xml:"forward,omitempty"` // host ports as admission picked them
 }
 
 // machineState is what changes in a VM's life (machine.mu).

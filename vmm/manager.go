@@ -17,8 +17,13 @@ import (
 
 // BaseImage is a built, read-only guest image: what a VM boots from.
 type BaseImage struct {
-	Name    string
-	Hash    string
+	Name string
+	Hash string
+	// Build names the build of the recipe whose disk this is (images.Image.
+	// Build): a saved ready state or a fork template holds a guest's RAM
+	// over that disk's bytes, and another build of the same recipe is
+	// another disk. "" for a resolver that does not tell builds apart.
+	Build   string
 	Disk    string // qcow2, the overlay's backing file
 	Kernel  string
 	Initrd  string

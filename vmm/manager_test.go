@@ -48,7 +48,7 @@ func newTestFarm(t *testing.T, hv *fakeHV, tweak func(*Config)) *testFarm {
 	if err := prepareStateDir(state); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{StateDir: state, Images: testImages{BaseImage{Name: "tiny", Hash: "abc", Disk: base, Kernel: "/k", Initrd: "/i"}},
+	cfg := Config{StateDir: state, Images: testImages{BaseImage{Name: "tiny", Hash: "abc", Build: "b1", Disk: base, Kernel: "/k", Initrd: "/i"}},
 		BootTimeout: 2 * time.Second, AgentTimeout: 2 * time.Second, QEMUPidDir: hv.pidDir,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if cfg.QEMUPidDir == "" {

@@ -7,6 +7,8 @@ package vmm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,11 +45,11 @@ func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) e
 }
 
 // templatePath is where the saved ready state of VMs like opts lives. Its
-// name holds everything the saved state depends on: the base image's hash
-// and the virtual hardware (its version, RAM size, vCPUs, screen,
+// name holds everything the saved state depends on: the base image's
+// recipe hash and build (imageKey) and the virtual hardware (its version, RAM size, vCPUs, screen,
 // accelerator).
 func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
-	hash := shortHash(img.Hash)
+	hash := imageKey(img)
 	// A saved state holds the guest's devices: a VM with a NIC cannot load
 	// one without, and the other way round. Forwards are host-side only,
 	// but a NIC on a restricted stack (forwards without network) has no
@@ -147,13 +149,27 @@ func copyFileContext(ctx context.Context, src, dst string, background bool) erro
 // carries.
 func shortHash(h string) string { return h[:min(len(h), 16)] }
 
+// imageKey is what a saved ready state's name carries of its image: the
+// recipe's hash and the build's (BaseImage.Build), hashed together, since
+// the RAM it holds is good only over that build's disk. A forced rebuild,
+// or a cache emptied and built again, then boots anew instead of loading
+// a guest whose page cache and file system state belong to other bytes.
+func imageKey(img BaseImage) string {
+	if img.Build == "" {
+		return shortHash(img.Hash)
+	}
+	sum := sha256.Sum256([]byte(img.Hash + "\x00" + img.Build))
+	return hex.EncodeToString(sum[:8])
+}
+
 // savedName is the start of a saved ready state's name (templatePath):
 // image, its shortHash, and the hardware version (absent before version 2
 // named them; its number in m[4]).
 var savedName = regexp.MustCompile(`^(.+)-([0-9a-f]{1,16})-(?:(hw([0-9]+)[a-z]*)-)?[0-9]+m-`)
 
 // pruneSaved removes the saved ready states in dir (and their spares) that
-// no VM can start from any more: of an image rebuilt since (another hash)
+// no VM can start from any more: of an image rebuilt since (another hash
+// or build)
 // or whose recipe is gone, and those of an older hardware version or named
 // before hardware versions were (never loaded now: no setting makes their
 // device set any more). Without it each rebuild of an image left its saved
@@ -188,7 +204,7 @@ func pruneSaved(dir string, images ImageResolver, log *slog.Logger) {
 			case errors.Is(err, ErrUnknownImage):
 				v.known = false
 			case err == nil && img.Name == m[1]:
-				v.hash = shortHash(img.Hash)
+				v.hash = imageKey(img)
 			default: // not built now, or a resolver of one image: keep
 				v.hash = m[2]
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,7 +70,7 @@ func TestCreateFromSavedStateTakesSpare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := f.m.templatePath(BaseImage{Name: "tiny", Hash: "abc"}, CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Width: first.Width, Height: first.Height})
+	tmpl := f.m.templatePath(BaseImage{Name: "tiny", Hash: "abc", Build: "b1"}, CreateOptions{Image: "tiny", MemoryMiB: 256, VCPUs: 1, Width: first.Width, Height: first.Height})
 	spare := func() string {
 		p, err := sparePath(tmpl)
 		if err != nil {
@@ -151,14 +152,44 @@ func TestPruneSavedRemovesOutdated(t *testing.T) {
 		}
 	}
 	pruneSaved(dir, oneImage{BaseImage{Name: "desktop", Hash: cur + "0011"}}, slog.New(slog.DiscardHandler))
+	checkLeft(t, dir, keep)
+}
+
+// A saved ready state holds RAM over one build's disk: a rebuild of the
+// same recipe (images.Image.Build) names another, and prunes the old.
+func TestSavedStateNamesTheBuild(t *testing.T) {
+	m := &Manager{cfg: Config{StateDir: t.TempDir()}, accel: "tcg"}
+	opts := CreateOptions{Image: "desktop", MemoryMiB: 1024, VCPUs: 2, Width: 1280, Height: 800}
+	hash := strings.Repeat("ab", 32)
+	first, second := BaseImage{Name: "desktop", Hash: hash, Build: "1111111111111111"}, BaseImage{Name: "desktop", Hash: hash, Build: "2222222222222222"}
+	a, b := m.templatePath(first, opts), m.templatePath(second, opts)
+	if a == b {
+		t.Fatalf("two builds of one recipe share the saved state %s", a)
+	}
+	dir := filepath.Dir(a)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{a, a + ".spare-1", b} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneSaved(dir, oneImage{second}, slog.New(slog.DiscardHandler))
+	checkLeft(t, dir, []string{filepath.Base(b)})
+}
+
+// checkLeft fails t unless dir holds exactly want.
+func checkLeft(t *testing.T, dir string, want []string) {
+	t.Helper()
 	var left []string
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		left = append(left, e.Name())
 	}
-	slices.Sort(keep)
-	if !slices.Equal(left, keep) {
-		t.Errorf("left %q, want %q", left, keep)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
 	}
 }
 
