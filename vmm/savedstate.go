@@ -46,8 +46,8 @@ func (m *Manager) snapshotReady(ctx context.Context, mc *machine, tmpl string) e
 
 // templatePath is where the saved ready state of VMs like opts lives. Its
 // name holds everything the saved state depends on: the base image's
-// recipe hash and build (imageKey) and the virtual hardware (its version, RAM size, vCPUs, screen,
-// accelerator).
+// recipe hash and build (imageKey) and the virtual hardware (its version,
+// RAM size, vCPUs, screen, accelerator).
 func (m *Manager) templatePath(img BaseImage, opts CreateOptions) string {
 	hash := imageKey(img)
 	// A saved state holds the guest's devices: a VM with a NIC cannot load
@@ -163,7 +163,7 @@ func imageKey(img BaseImage) string {
 }
 
 // savedName is the start of a saved ready state's name (templatePath):
-// image, its shortHash, and the hardware version (absent before version 2
+// image, its imageKey, and the hardware version (absent before version 2
 // named them; its number in m[4]).
 var savedName = regexp.MustCompile(`^(.+)-([0-9a-f]{1,16})-(?:(hw([0-9]+)[a-z]*)-)?[0-9]+m-`)
 
