@@ -166,10 +166,8 @@ func (a *appWalk) withBasics(ctx context.Context, cells []*item, ncols int64) []
 	a.mu.Unlock()
 	var proto *item
 	for i, c := range cells {
-		full, err := a.basics(ctx, c.ref)
-		if err != nil && a.renewCell(ctx, c) {
-			full, err = a.basics(ctx, c.ref)
-		}
+		var full *item
+		err := a.onCell(ctx, c, func(r objRef) (err error) { full, err = a.basics(ctx, r); return err })
 		if err == nil {
 			full.index, full.states, full.cell, full.parent = c.index, c.states, true, c.parent
 			cells[i], proto = full, full
@@ -187,8 +185,7 @@ func (a *appWalk) withBasics(ctx context.Context, cells []*item, ncols int64) []
 	}
 	named := func(c *item) bool {
 		var name dbus.Variant
-		if a.call(ctx, c.ref, ifProps+".Get", []any{ifAccessible, "Name"}, &name) != nil &&
-			(!a.renewCell(ctx, c) || a.call(ctx, c.ref, ifProps+".Get", []any{ifAccessible, "Name"}, &name) != nil) {
+		if a.onCell(ctx, c, func(r objRef) error { return a.call(ctx, r, ifProps+".Get", []any{ifAccessible, "Name"}, &name) }) != nil {
 			return false
 		}
 		c.name, _ = name.Value().(string)
@@ -238,6 +235,16 @@ func (a *appWalk) renewCell(ctx context.Context, c *item) bool {
 	}
 	c.ref = r
 	return true
+}
+
+// onCell asks f of cell c's object, and once more under a new one
+// (renewCell) when that fails.
+func (a *appWalk) onCell(ctx context.Context, c *item, f func(objRef) error) error {
+	err := f(c.ref)
+	if err != nil && a.renewCell(ctx, c) {
+		err = f(c.ref)
+	}
+	return err
 }
 
 // cellName is the address of the cell at index of a sheet ncols wide, as
